@@ -1,0 +1,285 @@
+"""The ``spacy_crf.CRFTagger.v1`` architecture: tok2vec -> emissions -> CRF.
+
+The thinc model maps docs to per-token emission scores. The CRF layer is an
+identity in the forward pass that owns the transition parameters: a CRF's
+loss needs the gold tags, which only the pipe has, so the pipe computes the
+loss with :func:`crf_loss`, which also accumulates the transition gradients
+on the layer. ``Model.finish_update`` then updates every parameter with the
+same optimizer call as any other thinc layer.
+
+Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
+so that :mod:`spacy_crf.optimizers` can put them in learning-rate groups.
+"""
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_init
+from thinc.types import Floats2d, Ints1d
+from thinc.util import torch2xp, xp2torch
+from spacy.tokens import Doc
+from spacy.util import registry
+
+from . import crf
+from .schemes import TransitionMask
+
+# libgomp's thread pool does not survive fork(): a child of a process that
+# already ran a parallel torch op hangs on its first one (nlp.pipe with
+# n_process > 1 forks on Linux). One thread per worker process is also what
+# such a pool wants, so forked children drop to a single thread.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
+
+TRANSITIONS, START, END = "crf_transitions", "crf_start", "crf_end"
+EMISSION_W, EMISSION_B = "crf_emission_W", "crf_emission_b"
+# pytorch-crf's initialisation: small random scores, so that no transition
+# starts out preferred and the learned matrix shows what training did.
+TRANSITION_INIT_SCALE = 0.1
+
+
+@registry.architectures("spacy_crf.CRFTagger.v1")
+def build_crf_tagger(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    nO: Optional[int] = None,
+    use_crf: bool = True,
+    use_start_end: bool = True,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Token features -> linear emission scores -> linear-chain CRF.
+
+    tok2vec: any layer that gives one vector per token, e.g.
+        ``spacy-transformers.TransformerListener.v1`` or ``spacy.HashEmbedCNN.v2``.
+    nO: the number of tags; inferred by the pipe from its labels if unset.
+    use_crf: False gives the softmax baseline: the same emission layer,
+        trained with token-level cross-entropy and decoded by argmax.
+    use_start_end: learn start and end scores beside the transitions.
+    """
+    emissions = Emissions(nO=nO)
+    layers = [tok2vec, emissions]
+    if use_crf:
+        layers.append(CRF(nO=nO, use_start_end=use_start_end))
+    model = chain(*layers)
+    model.set_ref("tok2vec", tok2vec)
+    model.set_ref("emissions", emissions)
+    if use_crf:
+        model.set_ref("crf", layers[-1])
+    model.attrs["use_crf"] = use_crf
+    return model
+
+
+def Emissions(nO: Optional[int] = None, nI: Optional[int] = None) -> Model[List[Floats2d], List[Floats2d]]:
+    """A linear layer over each doc's token vectors: [n, nI] -> [n, nO]."""
+    return Model(
+        "crf_emissions",
+        _emissions_forward,
+        init=_emissions_init,
+        dims={"nO": nO, "nI": nI},
+        params={EMISSION_W: None, EMISSION_B: None},
+    )
+
+
+def _emissions_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
+    if X is not None and len(X) and model.maybe_get_dim("nI") is None:
+        model.set_dim("nI", X[0].shape[1])
+    if Y is not None and len(Y) and model.maybe_get_dim("nO") is None:
+        model.set_dim("nO", Y[0].shape[1])
+    nO, nI = model.get_dim("nO"), model.get_dim("nI")
+    # Glorot rather than zeros (spaCy's softmax default): with zero emissions
+    # and a CRF on top every tag path is tied at the first step.
+    model.set_param(EMISSION_W, glorot_uniform_init(model.ops, (nO, nI)))
+    model.set_param(EMISSION_B, zero_init(model.ops, (nO,)))
+
+
+def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
+    W = model.get_param(EMISSION_W)
+    b = model.get_param(EMISSION_B)
+    lengths = [len(x) for x in Xs]
+    X = model.ops.flatten(Xs, pad=0) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
+    Y = model.ops.gemm(X, W, trans2=True) + b
+
+    def backprop(dYs: List[Floats2d]) -> List[Floats2d]:
+        dY = model.ops.flatten(dYs, pad=0) if dYs else model.ops.alloc2f(0, W.shape[0])
+        model.inc_grad(EMISSION_W, model.ops.gemm(dY, X, trans1=True))
+        model.inc_grad(EMISSION_B, dY.sum(axis=0))
+        return model.ops.unflatten(model.ops.gemm(dY, W), lengths)
+
+    return model.ops.unflatten(Y, lengths), backprop
+
+
+def CRF(nO: Optional[int] = None, use_start_end: bool = True) -> Model[List[Floats2d], List[Floats2d]]:
+    """The CRF's parameters. Identity in the forward pass (see module doc)."""
+    params = {TRANSITIONS: None}
+    if use_start_end:
+        params.update({START: None, END: None})
+    return Model(
+        "crf",
+        _identity_forward,
+        init=_crf_init,
+        dims={"nO": nO},
+        params=params,
+        attrs={"use_start_end": use_start_end},
+    )
+
+
+def _crf_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
+    if model.maybe_get_dim("nO") is None:
+        source = X if X is not None and len(X) else Y
+        if source is None or not len(source):
+            raise ValueError("The CRF layer needs nO (the number of tags) or sample data.")
+        model.set_dim("nO", source[0].shape[1])
+    nO = model.get_dim("nO")
+    xp = model.ops.xp
+    scale = TRANSITION_INIT_SCALE
+    model.set_param(TRANSITIONS, xp.asarray(numpy.random.uniform(-scale, scale, (nO, nO)), dtype="f"))
+    if model.attrs["use_start_end"]:
+        model.set_param(START, xp.asarray(numpy.random.uniform(-scale, scale, (nO,)), dtype="f"))
+        model.set_param(END, xp.asarray(numpy.random.uniform(-scale, scale, (nO,)), dtype="f"))
+
+
+def _identity_forward(model: Model, X, is_train: bool):
+    return X, lambda dY: dY
+
+
+# --- bridging thinc arrays and the torch maths --------------------------------
+
+
+def _pad(scores: Sequence[Floats2d], requires_grad: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """List of [n_i, K] arrays -> (emissions [B, T, K], mask [B, T])."""
+    lengths = [len(s) for s in scores]
+    B, T = len(scores), max(lengths, default=0)
+    K = scores[0].shape[1] if scores else 0
+    xp = get_array_module(scores[0]) if scores else numpy
+    padded = xp.zeros((B, T, K), dtype="float32")
+    for i, s in enumerate(scores):
+        padded[i, : len(s)] = s
+    emissions = xp2torch(padded, requires_grad=requires_grad)
+    mask = torch.arange(T, device=emissions.device)[None, :] < torch.tensor(lengths, device=emissions.device)[:, None]
+    return emissions, mask
+
+
+def _unpad(array, lengths: Sequence[int]) -> List:
+    return [array[i, :n] for i, n in enumerate(lengths)]
+
+
+def _crf_tensors(layer: Model, requires_grad: bool = False):
+    def get(name):
+        if not layer.has_param(name):
+            return None
+        return xp2torch(layer.get_param(name), requires_grad=requires_grad)
+
+    return get(TRANSITIONS), get(START), get(END)
+
+
+def torch_constraints(mask: Optional[TransitionMask], device=None) -> Optional[crf.Constraints]:
+    if mask is None:
+        return None
+    return crf.Constraints(
+        *(torch.as_tensor(numpy.asarray(m), dtype=torch.bool, device=device) for m in mask)
+    )
+
+
+def _gold_tensor(gold: Sequence[Ints1d], T: int, device) -> torch.Tensor:
+    tags = numpy.full((len(gold), T), -1, dtype="int64")
+    for i, g in enumerate(gold):
+        tags[i, : len(g)] = g
+    return torch.as_tensor(tags, device=device)
+
+
+def crf_loss(
+    model: Model,
+    scores: List[Floats2d],
+    gold: List[Ints1d],
+    constraints: Optional[TransitionMask] = None,
+    constrain_training: bool = False,
+) -> Tuple[float, List[Floats2d]]:
+    """Summed loss over the docs, and its gradient w.r.t. the scores.
+
+    ``gold`` holds tag ids, -1 where the gold tag is unknown (misaligned or
+    missing annotation): the CRF marginalises over those positions, the
+    softmax head ignores them. With a CRF, the gradients of the transition
+    parameters are accumulated on the CRF layer as a side effect.
+    """
+    lengths = [len(s) for s in scores]
+    emissions, mask = _pad(scores, requires_grad=True)
+    tags = _gold_tensor(gold, emissions.shape[1], emissions.device)
+    if model.attrs.get("use_crf", True):
+        layer = model.get_ref("crf")
+        transitions, start, end = _crf_tensors(layer, requires_grad=True)
+        nll = crf.nll(
+            emissions,
+            tags,
+            mask,
+            transitions,
+            start,
+            end,
+            constraints=torch_constraints(constraints, emissions.device),
+            constrain_training=constrain_training,
+        )
+        loss = nll.sum()
+        loss.backward()
+        for name, tensor in ((TRANSITIONS, transitions), (START, start), (END, end)):
+            if tensor is not None:
+                layer.inc_grad(name, torch2xp(tensor.grad))
+    else:
+        log_probs = torch.log_softmax(emissions, dim=-1)
+        loss = torch.nn.functional.nll_loss(
+            log_probs.reshape(-1, log_probs.shape[-1]), tags.reshape(-1), ignore_index=-1, reduction="sum"
+        )
+        loss.backward()
+    d_scores = _unpad(torch2xp(emissions.grad), lengths)
+    return float(loss.detach()), d_scores
+
+
+def decode(
+    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
+) -> List[Ints1d]:
+    """Best tag ids per doc: constrained Viterbi, or argmax for the softmax head."""
+    if not scores:
+        return []
+    lengths = [len(s) for s in scores]
+    with torch.no_grad():
+        emissions, mask = _pad(scores)
+        if model.attrs.get("use_crf", True):
+            transitions, start, end = _crf_tensors(model.get_ref("crf"))
+            tags, _ = crf.viterbi(
+                emissions, mask, transitions, start, end,
+                constraints=torch_constraints(constraints, emissions.device),
+            )
+        else:
+            tags = emissions.argmax(dim=-1) if emissions.numel() else emissions.new_zeros(emissions.shape[:2], dtype=torch.long)
+    tags = tags.cpu().numpy()
+    return [tags[i, :n] for i, n in enumerate(lengths)]
+
+
+def marginals(
+    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
+) -> List[Floats2d]:
+    """Per-token tag posteriors [n, K] per doc (softmax for the softmax head)."""
+    if not scores:
+        return []
+    lengths = [len(s) for s in scores]
+    with torch.no_grad():
+        emissions, mask = _pad(scores)
+        if model.attrs.get("use_crf", True):
+            transitions, start, end = _crf_tensors(model.get_ref("crf"))
+            probs = crf.marginals(
+                emissions, mask, transitions, start, end,
+                constraints=torch_constraints(constraints, emissions.device),
+            )
+        else:
+            probs = torch.softmax(emissions, dim=-1)
+    probs = probs.cpu().numpy()
+    return [probs[i, :n] for i, n in enumerate(lengths)]
+
+
+def transition_scores(model: Model) -> Tuple[numpy.ndarray, Optional[numpy.ndarray], Optional[numpy.ndarray]]:
+    """The learned (transitions [K, K], start [K] or None, end [K] or None)."""
+    if not model.attrs.get("use_crf", True):
+        raise ValueError("This model has no CRF layer (use_crf = false): there are no transitions.")
+    layer = model.get_ref("crf")
+    ops = layer.ops
+
+    def get(name):
+        return ops.to_numpy(layer.get_param(name)).copy() if layer.has_param(name) else None
+
+    return get(TRANSITIONS), get(START), get(END)

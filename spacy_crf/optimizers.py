@@ -1,0 +1,245 @@
+"""Optimizers with per-parameter-group learning-rate multipliers.
+
+thinc's ``Optimizer.__call__`` accepts ``lr_scale``, but neither
+``Model.finish_update`` nor ``PyTorchShim.finish_update`` passes one, and
+scaling gradients instead does nothing under Adam (it normalises gradient
+scale away). So the optimizer itself decides the scale, from the parameter's
+key ``(node_id, param_name)``: each group is a list of glob patterns matched
+against ``param_name``. No global state is involved: the CRF layers name
+their parameters ``crf_transitions``, ``crf_start``, ``crf_end`` and
+``crf_emission_W``/``crf_emission_b``, and transformer parameters keep their
+Hugging Face names (``encoder.layer.3.attention.self.query.weight``).
+
+Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
+``lr_scale``, so a 1000x CRF group would also decay 1000x faster and its
+transitions would be pulled to zero. By default the decay is *not*
+multiplied; ``scale_weight_decay = true`` restores thinc's behaviour.
+"""
+import re
+from fnmatch import fnmatchcase
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from thinc.api import Optimizer
+from thinc.optimizers import ADAM_DEFAULTS, SGD_DEFAULTS, FloatOrSeq
+from thinc.types import FloatsXd
+from spacy.util import registry
+
+CRF_GROUP = "crf"
+CRF_PATTERNS = ("crf_transitions", "crf_start", "crf_end")
+EMISSION_PATTERNS = ("crf_emission_*",)
+# Hugging Face BERT-style layer names; other architectures can pass their own.
+DEFAULT_LAYER_PATTERN = r"(?:^|\.)(?:encoder\.)?layers?\.(\d+)\."
+
+KeyT = Tuple[int, str]
+
+
+class ParamGroupError(ValueError):
+    pass
+
+
+class ParamGroup:
+    """A named set of parameter-name patterns sharing a learning-rate multiplier."""
+
+    def __init__(self, name: str, patterns: Sequence[str], lr_multiplier: float):
+        if isinstance(patterns, str):
+            raise ParamGroupError(
+                f"Parameter group {name!r}: `patterns` must be a list of glob "
+                f"patterns, got the string {patterns!r}."
+            )
+        if not patterns:
+            raise ParamGroupError(f"Parameter group {name!r} has no patterns.")
+        if not lr_multiplier > 0:
+            raise ParamGroupError(
+                f"Parameter group {name!r}: lr_multiplier must be > 0, got {lr_multiplier}."
+            )
+        self.name = name
+        self.patterns = tuple(patterns)
+        self.lr_multiplier = float(lr_multiplier)
+
+    def matches(self, param_name: str) -> bool:
+        return any(fnmatchcase(param_name, p) for p in self.patterns)
+
+    def __repr__(self) -> str:
+        return f"ParamGroup({self.name!r}, {list(self.patterns)}, x{self.lr_multiplier:g})"
+
+
+def build_param_groups(
+    param_groups: Optional[Mapping[str, Mapping]] = None,
+    crf_lr_multiplier: float = 1.0,
+    crf_includes_emissions: bool = False,
+) -> List[ParamGroup]:
+    """Groups in priority order: the config's own groups first, then ``crf``."""
+    groups = []
+    for name, spec in (param_groups or {}).items():
+        unknown = set(spec) - {"patterns", "lr_multiplier"}
+        if unknown or "patterns" not in spec:
+            raise ParamGroupError(
+                f"Parameter group {name!r} must have `patterns` (list of globs) and "
+                f"optionally `lr_multiplier`; got keys {sorted(spec)}."
+            )
+        groups.append(ParamGroup(name, spec["patterns"], spec.get("lr_multiplier", 1.0)))
+    if CRF_GROUP not in {g.name for g in groups}:
+        patterns = CRF_PATTERNS + (EMISSION_PATTERNS if crf_includes_emissions else ())
+        groups.append(ParamGroup(CRF_GROUP, patterns, crf_lr_multiplier))
+    return groups
+
+
+class GroupedOptimizer(Optimizer):
+    """A thinc ``Optimizer`` whose learning rate is scaled per parameter group.
+
+    The effective scale of a parameter is ``lr_scale`` (from the caller) x the
+    multiplier of the first group whose pattern matches its name x the
+    layer-wise decay factor, if enabled. Everything else, schedules,
+    gradient clipping, L2, parameter averaging, is thinc's.
+    """
+
+    def __init__(
+        self,
+        learn_rate: FloatOrSeq,
+        *,
+        groups: Sequence[ParamGroup] = (),
+        scale_weight_decay: bool = False,
+        layer_lr_decay: float = 1.0,
+        num_layers: Optional[int] = None,
+        layer_pattern: str = DEFAULT_LAYER_PATTERN,
+        **kwargs,
+    ):
+        super().__init__(learn_rate, **kwargs)
+        if not 0 < layer_lr_decay <= 1:
+            raise ParamGroupError(f"layer_lr_decay must be in (0, 1], got {layer_lr_decay}.")
+        if layer_lr_decay != 1 and not num_layers:
+            raise ParamGroupError(
+                "layer_lr_decay needs num_layers (the encoder's layer count): the "
+                "top layer gets the full learning rate, layer i gets "
+                "layer_lr_decay ** (num_layers - 1 - i), embeddings "
+                "layer_lr_decay ** num_layers."
+            )
+        self.groups = list(groups)
+        self.scale_weight_decay = scale_weight_decay
+        self.layer_lr_decay = layer_lr_decay
+        self.num_layers = num_layers
+        self.layer_pattern = re.compile(layer_pattern)
+        self._scales: Dict[str, Tuple[Optional[str], float]] = {}
+
+    def group_of(self, param_name: str) -> Tuple[Optional[str], float]:
+        """The group name (None if ungrouped) and total multiplier of a parameter."""
+        if param_name not in self._scales:
+            group = next((g for g in self.groups if g.matches(param_name)), None)
+            scale = group.lr_multiplier if group else 1.0
+            scale *= self._layer_factor(param_name)
+            self._scales[param_name] = (group.name if group else None, scale)
+        return self._scales[param_name]
+
+    def _layer_factor(self, param_name: str) -> float:
+        if self.layer_lr_decay == 1.0:
+            return 1.0
+        match = self.layer_pattern.search(param_name)
+        if match:
+            depth = self.num_layers - 1 - int(match.group(1))
+            return self.layer_lr_decay ** max(depth, 0)
+        if "embeddings" in param_name:
+            return self.layer_lr_decay ** self.num_layers
+        return 1.0
+
+    def __call__(
+        self,
+        key: KeyT,
+        weights: FloatsXd,
+        gradient: FloatsXd,
+        *,
+        lr_scale: float = 1.0,
+    ):
+        _, group_scale = self.group_of(key[1])
+        scale = lr_scale * group_scale
+        decoupled = self.L2 != 0 and self.L2_is_weight_decay
+        if group_scale == 1.0 or not decoupled or self.scale_weight_decay:
+            return super().__call__(key, weights, gradient, lr_scale=scale)
+        # thinc would decay by lr * scale * L2: apply the update without decay,
+        # then decay with the caller's scale only.
+        L2 = self.L2
+        self.L2 = 0.0
+        try:
+            weights, gradient = super().__call__(key, weights, gradient, lr_scale=scale)
+        finally:
+            self.L2 = L2
+        weights -= lr_scale * self.learn_rate * L2 * weights
+        return weights, gradient
+
+
+@registry.optimizers("spacy_crf.GroupedAdam.v1")
+def grouped_adam(
+    learn_rate: FloatOrSeq = ADAM_DEFAULTS["learn_rate"],
+    *,
+    crf_lr_multiplier: float = 1.0,
+    crf_includes_emissions: bool = False,
+    param_groups: Optional[Dict[str, Dict[str, Union[List[str], float]]]] = None,
+    scale_weight_decay: bool = False,
+    layer_lr_decay: float = 1.0,
+    num_layers: Optional[int] = None,
+    L2: FloatOrSeq = ADAM_DEFAULTS["L2"],
+    beta1: FloatOrSeq = ADAM_DEFAULTS["beta1"],
+    beta2: FloatOrSeq = ADAM_DEFAULTS["beta2"],
+    eps: FloatOrSeq = ADAM_DEFAULTS["eps"],
+    grad_clip: FloatOrSeq = ADAM_DEFAULTS["grad_clip"],
+    L2_is_weight_decay: bool = True,
+    use_averages: bool = True,
+) -> GroupedOptimizer:
+    """Adam (thinc's ``Adam.v1`` settings) with learning-rate groups.
+
+    crf_lr_multiplier: learning-rate multiplier of the CRF parameters
+        (transitions, start, end), e.g. 100 or 1000 when fine-tuning a
+        pretrained encoder at 2e-5.
+    crf_includes_emissions: also put the emission (output) layer in ``crf``.
+    param_groups: further groups, ``{name: {"patterns": [...], "lr_multiplier": x}}``;
+        they take precedence over ``crf`` (first match wins).
+    scale_weight_decay: multiply decoupled weight decay by the group multiplier
+        (thinc's behaviour); default False.
+    layer_lr_decay, num_layers: layer-wise learning-rate decay for the
+        transformer's layers.
+    """
+    return GroupedOptimizer(
+        learn_rate,
+        groups=build_param_groups(param_groups, crf_lr_multiplier, crf_includes_emissions),
+        scale_weight_decay=scale_weight_decay,
+        layer_lr_decay=layer_lr_decay,
+        num_layers=num_layers,
+        L2=L2,
+        beta1=beta1,
+        beta2=beta2,
+        eps=eps,
+        grad_clip=grad_clip,
+        L2_is_weight_decay=L2_is_weight_decay,
+        use_averages=use_averages,
+        use_radam=False,
+    )
+
+
+@registry.optimizers("spacy_crf.GroupedSGD.v1")
+def grouped_sgd(
+    learn_rate: FloatOrSeq,
+    *,
+    crf_lr_multiplier: float = 1.0,
+    crf_includes_emissions: bool = False,
+    param_groups: Optional[Dict[str, Dict[str, Union[List[str], float]]]] = None,
+    scale_weight_decay: bool = False,
+    layer_lr_decay: float = 1.0,
+    num_layers: Optional[int] = None,
+    L2: FloatOrSeq = SGD_DEFAULTS["L2"],
+    grad_clip: FloatOrSeq = SGD_DEFAULTS["grad_clip"],
+    L2_is_weight_decay: bool = True,
+    use_averages: bool = True,
+) -> GroupedOptimizer:
+    """Plain SGD (thinc's ``SGD.v1`` settings) with learning-rate groups."""
+    return GroupedOptimizer(
+        learn_rate,
+        groups=build_param_groups(param_groups, crf_lr_multiplier, crf_includes_emissions),
+        scale_weight_decay=scale_weight_decay,
+        layer_lr_decay=layer_lr_decay,
+        num_layers=num_layers,
+        L2=L2,
+        grad_clip=grad_clip,
+        L2_is_weight_decay=L2_is_weight_decay,
+        beta1=0.0,
+        beta2=0.0,
+        use_averages=use_averages,
+    )

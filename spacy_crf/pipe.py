@@ -1,0 +1,370 @@
+"""The ``crf_tagger`` component: a trainable CRF sequence labeller.
+
+What it learns and writes depends on ``scheme``:
+
+* ``"bmes"``: word segmentation over character tokens. Gold word boundaries
+  come from the *reference tokens* through ``Example`` alignment. Predicted
+  words are written as the span group ``doc.spans[spans_key]``; the doc is
+  not retokenized, so other components listening to the same transformer
+  keep working. ``crf_merge_words`` turns the words into tokens at the end.
+* ``"bio"`` / ``"bioes"``: entities, learned from and written to ``doc.ents``.
+* ``"tag"``: ``token.tag_``, with no transition constraints.
+"""
+import warnings
+from itertools import islice
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy
+from thinc.api import Config, Model
+from thinc.types import Floats2d, Ints1d
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+
+from . import model as crf_model
+from .schemes import (
+    SchemeError,
+    TransitionMask,
+    check_labels,
+    check_scheme,
+    make_tags,
+    tags_to_spans,
+    transition_mask,
+)
+from .scorers import DEFAULT_SPANS_KEY, score_crf_tagger
+from .transitions import TransitionTable
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_crf.CRFTagger.v1"
+nO = null
+use_crf = true
+use_start_end = true
+
+[model.tok2vec]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 96
+depth = 4
+embed_size = 2000
+window_size = 1
+maxout_pieces = 3
+subword_features = false
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+UNKNOWN = -1
+
+
+@Language.factory(
+    "crf_tagger",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type", "token.tag", "doc.spans"],
+    default_config={
+        "model": DEFAULT_MODEL,
+        "scheme": "bio",
+        "spans_key": DEFAULT_SPANS_KEY,
+        "constrain_training": True,
+        "scorer": {"@scorers": "spacy_crf.crf_scorer.v1"},
+    },
+    default_score_weights={
+        "words_f": 1.0,
+        "words_p": 0.0,
+        "words_r": 0.0,
+        "ents_f": 1.0,
+        "ents_p": 0.0,
+        "ents_r": 0.0,
+        "ents_per_type": None,
+        "tag_acc": 1.0,
+    },
+)
+def make_crf_tagger(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    scheme: str,
+    spans_key: str,
+    constrain_training: bool,
+    scorer: Optional[Callable],
+) -> "CRFTagger":
+    """Create a CRF tagger.
+
+    model: a ``spacy_crf.CRFTagger.v1`` model (tok2vec -> emissions -> CRF).
+    scheme: "bmes" (word segmentation), "bio"/"bioes" (entities) or "tag".
+    spans_key: the span group that receives predicted words ("bmes").
+    constrain_training: also apply the scheme's constraints in training, so
+        that the partition function sums over well-formed paths only.
+        Decoding is always constrained.
+    scorer: defaults to ``spacy_crf.crf_scorer.v1``, which reports
+        ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
+        depending on the scheme.
+    """
+    try:
+        check_scheme(scheme)
+    except SchemeError as e:
+        raise ValueError(f"[{name}] {e}") from None
+    return CRFTagger(
+        nlp.vocab,
+        model,
+        name,
+        scheme=scheme,
+        spans_key=spans_key,
+        constrain_training=constrain_training,
+        scorer=scorer,
+    )
+
+
+class CRFTagger(TrainablePipe):
+    """Label token sequences with a linear-chain CRF over token features."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "crf_tagger",
+        *,
+        scheme: str = "bio",
+        spans_key: str = DEFAULT_SPANS_KEY,
+        constrain_training: bool = True,
+        labels: Sequence[str] = (),
+        scorer: Optional[Callable] = score_crf_tagger,
+    ) -> None:
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg = {
+            "scheme": check_scheme(scheme),
+            "labels": check_labels(scheme, labels),
+            "spans_key": spans_key,
+            "constrain_training": constrain_training,
+        }
+        self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
+
+    # --- labels and tags ------------------------------------------------------
+
+    @property
+    def scheme(self) -> str:
+        return self.cfg["scheme"]
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def tags(self) -> List[str]:
+        """The tag inventory; tag ids index this list."""
+        return make_tags(self.scheme, self.labels)
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    @property
+    def constraints(self) -> TransitionMask:
+        tags = tuple(self.tags)
+        if self._mask_cache[0] != tags:
+            self._mask_cache = (tags, transition_mask(self.scheme, tags))
+        return self._mask_cache[1]
+
+    def add_label(self, label: str) -> int:
+        if self.scheme == "bmes":
+            raise ValueError(f"[{self.name}] scheme 'bmes' has no labels to add.")
+        if label in self.labels:
+            return 0
+        if self.model.has_dim("nO") and self.model.get_ref("emissions").has_dim("nO"):
+            raise ValueError(
+                f"[{self.name}] cannot add label {label!r} after the model was "
+                "initialized: the number of tags is fixed. Pass all labels to "
+                "initialize()."
+            )
+        self.cfg["labels"] = check_labels(self.scheme, list(self.labels) + [label])
+        return 1
+
+    # --- prediction -----------------------------------------------------------
+
+    def predict(self, docs: Iterable[Doc]) -> List[Ints1d]:
+        """Best tag ids per doc (constrained Viterbi, or argmax without a CRF)."""
+        docs = list(docs)
+        if not any(len(doc) for doc in docs):
+            return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]
+        scores = self.model.predict(docs)
+        return crf_model.decode(self.model, scores, self.constraints)
+
+    def predict_marginals(self, docs: Iterable[Doc]) -> List[Floats2d]:
+        """Per-token tag posteriors [n_tokens, n_tags] per doc (confidences)."""
+        docs = list(docs)
+        if not any(len(doc) for doc in docs):
+            return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]
+        scores = self.model.predict(docs)
+        return crf_model.marginals(self.model, scores, self.constraints)
+
+    def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
+        tags = self.tags
+        for doc, ids in zip(docs, tag_ids):
+            doc_tags = [tags[i] for i in ids]
+            if self.scheme == "tag":
+                for token, tag in zip(doc, doc_tags):
+                    token.tag_ = tag
+                continue
+            # A whitespace token is never part of a word or an entity: it
+            # closes any open span (the gold treats it as O / unknown too).
+            seq = [None if t.is_space else tag for t, tag in zip(doc, doc_tags)]
+            spans = tags_to_spans(self.scheme, seq)
+            if self.scheme == "bmes":
+                key = self.cfg["spans_key"]
+                doc.spans[key] = SpanGroup(doc, name=key, spans=[Span(doc, s, e) for s, e, _ in spans])
+            else:
+                doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], default="outside")
+
+    # --- training -------------------------------------------------------------
+
+    def get_loss(self, examples: Iterable[Example], scores: List[Floats2d]) -> Tuple[float, List[Floats2d]]:
+        """Negative log-likelihood of the gold tags, summed over the docs."""
+        validate_examples(examples, "CRFTagger.get_loss")
+        gold = [self._gold_tag_ids(eg) for eg in examples]
+        return crf_model.crf_loss(
+            self.model,
+            scores,
+            gold,
+            self.constraints,
+            constrain_training=self.cfg["constrain_training"],
+        )
+
+    def _gold_tag_ids(self, eg: Example) -> numpy.ndarray:
+        """Gold tag ids over the predicted tokens; -1 where the gold is unknown."""
+        if self.scheme == "bmes":
+            return bmes_gold(eg)
+        index = {tag: i for i, tag in enumerate(self.tags)}
+        if self.scheme == "tag":
+            gold = eg.get_aligned("TAG", as_string=True)
+            return numpy.array([index.get(t, UNKNOWN) if t else UNKNOWN for t in gold], dtype="int64")
+        x_ents, biluo = eg.get_aligned_ents_and_ner()
+        if len(x_ents) < len(eg.reference.ents):
+            aligned = {(e.start_char, e.end_char) for e in x_ents}
+            lost = [e for e in eg.reference.ents if (e.start_char, e.end_char) not in aligned]
+            one = len(lost) == 1
+            warnings.warn(
+                f"[{self.name}] {len(lost)} gold entit{'y' if one else 'ies'} of doc "
+                f"{_doc_ref(eg.reference)} {'does' if one else 'do'} not align with its "
+                f"tokens and {'is' if one else 'are'} treated as unknown in training: "
+                + ", ".join(f"{e.text!r} ({e.label_}, chars {e.start_char}-{e.end_char})" for e in lost)
+            )
+        ids = numpy.full(len(biluo), UNKNOWN, dtype="int64")
+        for i, tag in enumerate(biluo):
+            if tag is None or tag == "-":
+                continue
+            tag = _from_biluo(tag, self.scheme)
+            if tag in index:
+                ids[i] = index[tag]
+            else:
+                warnings.warn(
+                    f"[{self.name}] doc {_doc_ref(eg.reference)}: gold label of tag "
+                    f"{tag!r} is not among the labels {list(self.labels)}; treated as unknown."
+                )
+        return ids
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[Sequence[str]] = None,
+    ) -> None:
+        """Set the labels (given, or read from the examples) and the model's shapes.
+
+        labels: entity types ("bio"/"bioes") or tags ("tag"), e.g. from
+            ``[initialize.components.NAME.labels]``. Leave unset for "bmes".
+        """
+        examples = list(islice(get_examples(), 1000))
+        if not examples and labels is None:
+            raise ValueError(
+                f"[{self.name}] initialize() got no examples and no labels: the "
+                "tagger cannot know its tag set. Check the training corpus path, "
+                "or pass labels."
+            )
+        if examples:
+            validate_get_examples(get_examples, "CRFTagger.initialize")
+        if labels is None:
+            labels = self._labels_from(get_examples())
+        try:
+            self.cfg["labels"] = check_labels(self.scheme, labels)
+            tags = self.tags
+        except SchemeError as e:
+            raise ValueError(f"[{self.name}] {e}") from None
+        if self.scheme in ("bio", "bioes", "tag") and not self.labels:
+            what = "entities" if self.scheme != "tag" else "tags"
+            raise ValueError(
+                f"[{self.name}] scheme {self.scheme!r} found no {what} in the "
+                "training examples and no labels were given."
+            )
+        n_tags = len(tags)
+        for ref in ("emissions", "crf"):
+            if self.model.has_ref(ref):
+                layer = self.model.get_ref(ref)
+                if layer.has_dim("nO") and layer.get_dim("nO") != n_tags:
+                    raise ValueError(
+                        f"[{self.name}] the model's nO is {layer.get_dim('nO')} but the "
+                        f"scheme {self.scheme!r} with labels {list(self.labels)} has {n_tags} tags."
+                    )
+                layer.set_dim("nO", n_tags)
+        docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
+        self.model.initialize(X=docs)
+
+    def _labels_from(self, examples: Iterable[Example]) -> List[str]:
+        found = set()
+        for eg in examples:
+            if self.scheme in ("bio", "bioes"):
+                found.update(ent.label_ for ent in eg.reference.ents)
+            elif self.scheme == "tag":
+                found.update(t.tag_ for t in eg.reference if t.tag_)
+        return sorted(found)
+
+    # --- inspection -----------------------------------------------------------
+
+    def transition_table(self) -> TransitionTable:
+        """The learned transition, start and end scores, labelled by tag."""
+        transitions, start, end = crf_model.transition_scores(self.model)
+        return TransitionTable(self.tags, transitions, start, end, self.constraints)
+
+
+def bmes_gold(eg: Example) -> numpy.ndarray:
+    """BMES tag ids of the predicted tokens from the reference tokens (words).
+
+    A predicted token gets a tag when the alignment maps it into exactly one
+    reference word; its position inside that word (by character offsets)
+    gives B, M, E or S. Whitespace and tokens spanning several words are
+    unknown (-1), which the CRF marginalises over.
+    """
+    x2y = eg.alignment.x2y
+    lengths, flat = x2y.lengths, x2y.data
+    offsets = numpy.concatenate([[0], numpy.cumsum(lengths)[:-1]]) if len(lengths) else lengths
+    ref = eg.reference
+    ids = numpy.full(len(eg.predicted), UNKNOWN, dtype="int64")
+    for i, token in enumerate(eg.predicted):
+        if lengths[i] != 1 or token.is_space:
+            continue
+        word = ref[int(flat[offsets[i]])]
+        if word.is_space:
+            continue
+        start, end = token.idx, token.idx + len(token)
+        w_start, w_end = word.idx, word.idx + len(word)
+        at_start, at_end = start == w_start, end == w_end
+        ids[i] = 3 if at_start and at_end else 0 if at_start else 2 if at_end else 1
+    return ids
+
+
+def _from_biluo(tag: str, scheme: str) -> str:
+    if tag == "O":
+        return tag
+    prefix, label = tag[0], tag[2:]
+    if scheme == "bioes":
+        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
+    else:
+        prefix = {"L": "I", "U": "B"}.get(prefix, prefix)
+    return f"{prefix}-{label}"
+
+
+def _doc_ref(doc: Doc, width: int = 60) -> str:
+    text = doc.text if len(doc.text) <= width else doc.text[:width] + "..."
+    return repr(text)

@@ -1,0 +1,233 @@
+"""Tag schemes: tag inventories, transition constraints, and tags <-> spans.
+
+A scheme turns a set of labels into the CRF's tag inventory and says which
+tag sequences are well formed. Four schemes are supported:
+
+* ``"bmes"``: word segmentation. Tags ``B M E S`` (begin, middle, end of a
+  multi-character word, single-character word). No labels.
+* ``"bio"``: entities. ``O`` plus ``B-X``/``I-X`` for every label ``X``.
+* ``"bioes"``: entities. ``O`` plus ``B-X``/``I-X``/``E-X``/``S-X``.
+* ``"tag"``: one tag per label, every sequence allowed (``token.tag_``).
+
+Spans are half-open token ranges ``(start, end, label)``.
+"""
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy
+
+SCHEMES = ("bmes", "bio", "bioes", "tag")
+OUTSIDE = "O"
+BMES_TAGS = ("B", "M", "E", "S")
+
+Span = Tuple[int, int, str]
+
+
+class SchemeError(ValueError):
+    """Labels or tags that do not fit the tag scheme."""
+
+
+class TransitionMask(NamedTuple):
+    """Allowed moves of a scheme, as boolean arrays over tag ids."""
+
+    transitions: numpy.ndarray  # [K, K]: allowed[i, j] = tag j may follow tag i
+    start: numpy.ndarray  # [K]: tag may open a sequence
+    end: numpy.ndarray  # [K]: tag may close a sequence
+
+
+def check_scheme(scheme: str) -> str:
+    if scheme not in SCHEMES:
+        raise SchemeError(
+            f"Unknown tag scheme {scheme!r}. Choose one of: {', '.join(SCHEMES)}."
+        )
+    return scheme
+
+
+def check_labels(scheme: str, labels: Iterable[str]) -> List[str]:
+    """Validate labels for a scheme; return them sorted and de-duplicated.
+
+    Entity schemes take entity types (``PER``), not tags (``B-PER``): a
+    prefixed label is almost always a config mistake, so it is rejected with
+    a message that says so rather than silently producing ``B-B-PER``.
+    """
+    check_scheme(scheme)
+    labels = list(labels)
+    for label in labels:
+        if not isinstance(label, str) or not label or label != label.strip():
+            raise SchemeError(
+                f"Invalid label {label!r} for scheme {scheme!r}: labels must be "
+                "non-empty strings without surrounding whitespace."
+            )
+    if scheme == "bmes":
+        extra = [label for label in labels if label not in BMES_TAGS]
+        if extra:
+            raise SchemeError(
+                f"Scheme 'bmes' segments words and takes no labels, but got "
+                f"{extra}. Leave `labels` empty (or use only {list(BMES_TAGS)})."
+            )
+        return []
+    if scheme in ("bio", "bioes"):
+        for label in labels:
+            if label == OUTSIDE:
+                raise SchemeError(
+                    f"'O' is not an entity type (scheme {scheme!r}): pass entity "
+                    "types such as 'PER', 'LOC'."
+                )
+            if len(label) > 2 and label[1] == "-" and label[0] in "BIESLU":
+                raise SchemeError(
+                    f"Label {label!r} looks like a tag, not an entity type. Scheme "
+                    f"{scheme!r} builds its tags itself: pass {label[2:]!r} instead."
+                )
+    return sorted(set(labels))
+
+
+def make_tags(scheme: str, labels: Sequence[str]) -> List[str]:
+    """The tag inventory, in a fixed order: tag id = position in this list."""
+    labels = check_labels(scheme, labels)
+    if scheme == "bmes":
+        return list(BMES_TAGS)
+    if scheme == "bio":
+        return [OUTSIDE] + [f"{p}-{label}" for label in labels for p in "BI"]
+    if scheme == "bioes":
+        return [OUTSIDE] + [f"{p}-{label}" for label in labels for p in "BIES"]
+    if not labels:
+        raise SchemeError("Scheme 'tag' needs at least one label.")
+    return list(labels)
+
+
+def _split(tag: str) -> Tuple[str, str]:
+    if tag == OUTSIDE:
+        return OUTSIDE, ""
+    if tag in BMES_TAGS:
+        return tag, ""
+    return tag[0], tag[2:]
+
+
+def _can_follow(scheme: str, prev: str, nxt: str) -> bool:
+    (p, plab), (n, nlab) = _split(prev), _split(nxt)
+    if scheme == "bmes":
+        inside = p in "BM"  # a word is open after B or M
+        return (n in "ME") if inside else (n in "BS")
+    if scheme == "bio":
+        return n != "I" or (p in "BI" and plab == nlab)
+    # bioes
+    if p in "BI":
+        return n in "IE" and plab == nlab
+    return n in "OBS"
+
+
+def _can_start(scheme: str, tag: str) -> bool:
+    p, _ = _split(tag)
+    return p in {"bmes": "BS", "bio": "OB", "bioes": "OBS"}[scheme]
+
+
+def _can_end(scheme: str, tag: str) -> bool:
+    p, _ = _split(tag)
+    return p in {"bmes": "ES", "bio": "OBI", "bioes": "OES"}[scheme]
+
+
+def transition_mask(scheme: str, tags: Sequence[str]) -> TransitionMask:
+    """Allowed transitions, first tags and last tags of a scheme."""
+    check_scheme(scheme)
+    n = len(tags)
+    if scheme == "tag":
+        return TransitionMask(
+            numpy.ones((n, n), dtype=bool), numpy.ones(n, bool), numpy.ones(n, bool)
+        )
+    allowed = numpy.array(
+        [[_can_follow(scheme, a, b) for b in tags] for a in tags], dtype=bool
+    ).reshape(n, n)
+    start = numpy.array([_can_start(scheme, t) for t in tags], dtype=bool)
+    end = numpy.array([_can_end(scheme, t) for t in tags], dtype=bool)
+    return TransitionMask(allowed, start, end)
+
+
+def is_valid(scheme: str, tags: Sequence[str]) -> bool:
+    """Whether a whole tag sequence is well formed under the scheme."""
+    if scheme == "tag" or not tags:
+        return True
+    if not _can_start(scheme, tags[0]) or not _can_end(scheme, tags[-1]):
+        return False
+    return all(_can_follow(scheme, a, b) for a, b in zip(tags, tags[1:]))
+
+
+def spans_to_tags(scheme: str, spans: Iterable[Span], length: int) -> List[str]:
+    """Encode non-overlapping spans over ``length`` tokens as tags.
+
+    For ``bmes`` the spans are words and their labels are ignored; tokens that
+    no word covers get ``S`` (a one-character word), the only safe choice that
+    keeps every character in some word.
+    """
+    check_scheme(scheme)
+    if scheme == "tag":
+        raise SchemeError("Scheme 'tag' has no spans.")
+    fill = "S" if scheme == "bmes" else OUTSIDE
+    tags = [fill] * length
+    for start, end, label in sorted(spans):
+        if not 0 <= start < end <= length:
+            raise SchemeError(f"Span ({start}, {end}) is outside 0..{length}.")
+        if any(t != fill for t in tags[start:end]):
+            raise SchemeError(f"Span ({start}, {end}, {label!r}) overlaps another.")
+        suffix = "" if scheme == "bmes" else f"-{label}"
+        single = "S" if scheme in ("bmes", "bioes") else "B"
+        last = "E" if scheme in ("bmes", "bioes") else "I"
+        middle = "M" if scheme == "bmes" else "I"
+        if end - start == 1:
+            tags[start] = single + suffix
+        else:
+            tags[start] = "B" + suffix
+            for i in range(start + 1, end - 1):
+                tags[i] = middle + suffix
+            tags[end - 1] = last + suffix
+    return tags
+
+
+def tags_to_spans(scheme: str, tags: Sequence[Optional[str]]) -> List[Span]:
+    """Decode tags into spans, tolerating ill-formed sequences.
+
+    Constrained Viterbi never produces ill-formed sequences, but a softmax
+    head (or an unconstrained CRF) can. The repair follows conlleval: a
+    continuation tag that cannot continue the open span starts a new span,
+    and a span still open at the end of the sequence is closed there. For
+    ``bmes`` every token ends up in exactly one word. A ``None`` tag (e.g. a
+    whitespace token) closes any open span and belongs to no span.
+    """
+    check_scheme(scheme)
+    if scheme == "tag":
+        raise SchemeError("Scheme 'tag' has no spans.")
+    spans: List[Span] = []
+    open_start: Optional[int] = None
+    open_label = ""
+
+    def close(end: int) -> None:
+        nonlocal open_start
+        if open_start is not None:
+            spans.append((open_start, end, open_label))
+        open_start = None
+
+    for i, tag in enumerate(tags):
+        if tag is None:
+            close(i)
+            continue
+        prefix, label = _split(tag)
+        if scheme == "bmes":
+            if prefix in "BS" or open_start is None:
+                close(i)
+                open_start, open_label = i, ""
+            if prefix in "ES":
+                close(i + 1)
+            continue
+        if prefix == OUTSIDE:
+            close(i)
+            continue
+        continues = open_start is not None and open_label == label and prefix in "IE"
+        if not continues:
+            close(i)
+            open_start, open_label = i, label
+        if prefix in "ES":
+            close(i + 1)
+    close(len(tags))
+    return spans
+
+
+def tag_ids(tags: Sequence[str]) -> Dict[str, int]:
+    return {tag: i for i, tag in enumerate(tags)}

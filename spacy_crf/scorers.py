@@ -1,0 +1,110 @@
+"""Scorers for the ``crf_tagger`` schemes, registered by name.
+
+Word segmentation is scored as spans of characters: a predicted word is
+correct when its start and end offsets match a reference word (the SIGHAN
+bakeoff definition). Entities and tags use spaCy's own scorers so that the
+keys (``ents_p/r/f``, ``ents_per_type``, ``tag_acc``) and their maths match
+every other spaCy pipeline.
+"""
+from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
+
+from spacy.scorer import PRFScore, Scorer, get_ner_prf
+from spacy.tokens import Doc
+from spacy.training import Example
+from spacy.util import registry
+
+DEFAULT_SPANS_KEY = "words"
+
+
+def predicted_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
+    """Character offsets of the words a segmenter predicted.
+
+    Uses the span group if present (before the merge step), else the tokens
+    (after merging characters into word tokens). Whitespace is never a word.
+    """
+    if spans_key in doc.spans:
+        spans = doc.spans[spans_key]
+        return {(s.start_char, s.end_char) for s in spans if not s.text.isspace()}
+    return reference_words(doc)
+
+
+def reference_words(doc: Doc) -> Set[Tuple[int, int]]:
+    return {(t.idx, t.idx + len(t)) for t in doc if not t.is_space}
+
+
+def score_words(
+    examples: Iterable[Example],
+    spans_key: str = DEFAULT_SPANS_KEY,
+    iv_words: Optional[Set[str]] = None,
+    **kwargs: Any,
+) -> Dict[str, Any]:
+    """Word P/R/F (``words_p``, ``words_r``, ``words_f``) over character spans.
+
+    With ``iv_words`` (the training word list), also ``words_oov_recall`` and
+    ``words_iv_recall``: recall of reference words outside / inside the list.
+    """
+    prf = PRFScore()
+    oov_found = oov_total = iv_found = iv_total = 0
+    for eg in examples:
+        gold = reference_words(eg.reference)
+        pred = predicted_words(eg.predicted, spans_key)
+        prf.tp += len(gold & pred)
+        prf.fp += len(pred - gold)
+        prf.fn += len(gold - pred)
+        if iv_words is not None:
+            text = eg.reference.text
+            for start, end in gold:
+                hit = (start, end) in pred
+                if text[start:end] in iv_words:
+                    iv_total += 1
+                    iv_found += hit
+                else:
+                    oov_total += 1
+                    oov_found += hit
+    if prf.tp + prf.fp + prf.fn == 0:
+        scores: Dict[str, Any] = {"words_p": None, "words_r": None, "words_f": None}
+    else:
+        scores = {"words_p": prf.precision, "words_r": prf.recall, "words_f": prf.fscore}
+    if iv_words is not None:
+        scores["words_oov_recall"] = oov_found / oov_total if oov_total else None
+        scores["words_iv_recall"] = iv_found / iv_total if iv_total else None
+    return scores
+
+
+def score_ents(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+    """``ents_p``, ``ents_r``, ``ents_f`` and ``ents_per_type``, as spaCy's ``ner``."""
+    return get_ner_prf(examples)
+
+
+def score_tags(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+    """``tag_acc``, as spaCy's ``tagger``."""
+    return Scorer.score_token_attr(examples, "tag", **kwargs)
+
+
+def score_crf_tagger(examples: Iterable[Example], scheme: str = "bio", **kwargs: Any) -> Dict[str, Any]:
+    """Dispatch on the pipe's scheme (spaCy passes the pipe's cfg as kwargs)."""
+    if scheme == "bmes":
+        return score_words(examples, **kwargs)
+    if scheme in ("bio", "bioes"):
+        return score_ents(examples, **kwargs)
+    return score_tags(examples, **kwargs)
+
+
+@registry.scorers("spacy_crf.crf_scorer.v1")
+def make_crf_scorer() -> Callable:
+    return score_crf_tagger
+
+
+@registry.scorers("spacy_crf.words_scorer.v1")
+def make_words_scorer() -> Callable:
+    return score_words
+
+
+@registry.scorers("spacy_crf.ents_scorer.v1")
+def make_ents_scorer() -> Callable:
+    return score_ents
+
+
+@registry.scorers("spacy_crf.tags_scorer.v1")
+def make_tags_scorer() -> Callable:
+    return score_tags

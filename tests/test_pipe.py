@@ -1,0 +1,251 @@
+import random
+
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.training import Example
+
+from spacy_crf.optimizers import grouped_adam
+from spacy_crf.pipe import CRFTagger, bmes_gold
+from spacy_crf.schemes import is_valid
+
+NER_DATA = [
+    ("我在北京工作", [(2, 4, "LOC")]),
+    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
+    ("今天天气好", []),
+    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
+]
+SEG_DATA = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"], ["李四", "住", "广州"]]
+
+SMALL_TOK2VEC = {
+    "@architectures": "spacy.HashEmbedCNN.v2",
+    "pretrained_vectors": None,
+    "width": 32,
+    "depth": 1,
+    "embed_size": 500,
+    "window_size": 1,
+    "maxout_pieces": 2,
+    "subword_features": False,
+}
+
+
+def _model_config(**kwargs):
+    return {"@architectures": "spacy_crf.CRFTagger.v1", "tok2vec": dict(SMALL_TOK2VEC), **kwargs}
+
+
+def ner_examples(nlp):
+    return [Example.from_dict(nlp.make_doc(t), {"entities": ents}) for t, ents in NER_DATA]
+
+
+def seg_examples(nlp):
+    return [
+        Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_DATA
+    ]
+
+
+def train(nlp, examples, steps=40):
+    optimizer = nlp.initialize(lambda: examples)
+    history = []
+    for _ in range(steps):
+        losses = {}
+        nlp.update(examples, sgd=optimizer, losses=losses)
+        history.append(sum(losses.values()))
+    return history
+
+
+@pytest.fixture
+def ner_nlp():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    losses = train(nlp, ner_examples(nlp))
+    assert losses[-1] < losses[0] / 10
+    return nlp
+
+
+def test_factory_default_trains_standalone():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger")
+    assert isinstance(pipe, CRFTagger) and pipe.scheme == "bio"
+    train(nlp, ner_examples(nlp), steps=30)
+    assert [(e.text, e.label_) for e in nlp("张三去上海").ents] == [("张三", "PER"), ("上海", "LOC")]
+
+
+@pytest.mark.parametrize("scheme", ["bio", "bioes"])
+def test_entities_are_learned_and_scored(scheme):
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": scheme, "model": _model_config()})
+    train(nlp, ner_examples(nlp))
+    assert pipe.labels == ("LOC", "PER")
+    for text, ents in NER_DATA:
+        doc = nlp(text)
+        assert [(e.start_char, e.end_char, e.label_) for e in doc.ents] == ents
+    scores = nlp.evaluate(ner_examples(nlp))
+    assert scores["ents_f"] == 1.0 and set(scores["ents_per_type"]) == {"LOC", "PER"}
+
+
+def test_segmentation_learns_from_reference_tokens():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": _model_config()})
+    examples = seg_examples(nlp)
+    assert bmes_gold(examples[0]).tolist() == [3, 3, 0, 2, 0, 2]  # S S B E B E
+    train(nlp, examples)
+    doc = nlp("张三去上海")
+    assert [t.text for t in doc] == list("张三去上海")  # not retokenized
+    assert [s.text for s in doc.spans[pipe.cfg["spans_key"]]] == ["张三", "去", "上海"]
+    scores = nlp.evaluate(seg_examples(nlp))
+    assert scores["words_f"] == 1.0
+
+
+def test_tag_scheme_writes_token_tags():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": _model_config()})
+    words = list("我在北京")
+    tags = ["PN", "P", "NR", "NR"]
+    examples = [Example(nlp.make_doc("我在北京"), Doc(nlp.vocab, words=words, tags=tags, spaces=[False] * 4))]
+    train(nlp, examples, steps=30)
+    assert [t.tag_ for t in nlp("我在北京")] == tags
+    assert nlp.evaluate(examples)["tag_acc"] == 1.0
+
+
+def test_serialization_round_trips_predict_the_same(ner_nlp, tmp_path):
+    texts = ["张三去北京工作", "今天李四在上海", "他们是大学生"]
+    expected = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in ner_nlp.pipe(texts)]
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    marg = pipe.predict_marginals([ner_nlp.make_doc(t) for t in texts])
+    ner_nlp.to_disk(tmp_path / "model")
+    loaded = spacy.load(tmp_path / "model")
+    got = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in loaded.pipe(texts)]
+    assert got == expected
+    numpy.testing.assert_allclose(
+        loaded.get_pipe("crf_tagger").predict_marginals([loaded.make_doc(t) for t in texts])[0], marg[0], atol=1e-6
+    )
+    from_bytes = spacy.blank("zh")
+    from_bytes.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    from_bytes.from_bytes(ner_nlp.to_bytes())
+    assert from_bytes.get_pipe("crf_tagger").labels == pipe.labels
+    assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in from_bytes.pipe(texts)] == expected
+
+
+def test_marginals_are_distributions(ner_nlp):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    probs = pipe.predict_marginals([ner_nlp.make_doc(t) for t in ["张三去上海", "好"]])
+    assert [p.shape for p in probs] == [(5, len(pipe.tags)), (1, len(pipe.tags))]
+    for p in probs:
+        numpy.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_whitespace_and_batch_edge_cases(ner_nlp):
+    docs = list(ner_nlp.pipe(["", "   ", "张三 去 上海", "\u3000", "x"]))
+    assert [d.text for d in docs] == ["", "   ", "张三 去 上海", "\u3000", "x"]
+    assert docs[0].ents == () and docs[1].ents == ()
+    assert ner_nlp("").text == ""
+    # a batch of only empty docs
+    assert [d.ents for d in ner_nlp.pipe(["", ""])] == [(), ()]
+
+
+def test_multiprocessing(ner_nlp):
+    texts = ["张三去上海", "我在北京工作", "", "李四住广州"] * 3
+    single = [[(e.text, e.label_) for e in d.ents] for d in ner_nlp.pipe(texts)]
+    multi = [[(e.text, e.label_) for e in d.ents] for d in ner_nlp.pipe(texts, n_process=2, batch_size=2)]
+    assert multi == single
+
+
+def test_initialize_without_examples_or_labels_is_a_clear_error():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    with pytest.raises(ValueError, match="no examples and no labels"):
+        nlp.initialize(lambda: [])
+
+
+def test_initialize_with_labels_that_do_not_fit_the_scheme():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    nlp.config["initialize"]["components"]["crf_tagger"] = {"labels": ["B-PER", "LOC"]}
+    with pytest.raises(ValueError, match=r"\[crf_tagger\].*'B-PER' looks like a tag"):
+        nlp.initialize(lambda: ner_examples(nlp))
+    with pytest.raises(ValueError, match="Unknown tag scheme 'iob'"):
+        spacy.blank("zh").add_pipe("crf_tagger", config={"scheme": "iob"})
+
+
+def test_labels_from_config_are_used():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bioes", "model": _model_config()})
+    nlp.config["initialize"]["components"]["crf_tagger"] = {"labels": ["ORG", "PER", "LOC"]}
+    nlp.initialize(lambda: ner_examples(nlp))
+    assert pipe.labels == ("LOC", "ORG", "PER") and len(pipe.tags) == 13
+    assert pipe.model.get_ref("crf").get_param("crf_transitions").shape == (13, 13)
+
+
+def test_misaligned_gold_entity_warns_naming_the_doc():
+    nlp = spacy.blank("en")  # word tokens: a reference token boundary can fall inside one
+    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    text = "Alice visited Berlinstadt today"
+    reference = Doc(nlp.vocab, words=["Alice", "visited", "Berlin", "stadt", "today"],
+                    spaces=[True, True, False, True, False], ents=["B-PER", "O", "B-LOC", "O", "O"])
+    bad = Example(nlp.make_doc(text), reference)
+    good = Example.from_dict(nlp.make_doc("Alice visited Paris"), {"entities": [(0, 5, "PER"), (14, 19, "LOC")]})
+    optimizer = nlp.initialize(lambda: [good])
+    with pytest.warns(UserWarning, match=r"doc 'Alice visited Berlinstadt today'.*'Berlin' \(LOC, chars 14-20\)"):
+        losses = nlp.update([bad, good], sgd=optimizer)
+    assert numpy.isfinite(losses["crf_tagger"])
+    # offsets that fall inside a token: spaCy itself warns with the text; no crash
+    with pytest.warns(UserWarning, match="Alice visited Berlinstadt today"):
+        odd = Example.from_dict(nlp.make_doc(text), {"entities": [(0, 5, "PER"), (14, 20, "LOC")]})
+    assert numpy.isfinite(nlp.update([odd], sgd=optimizer)["crf_tagger"])
+
+
+def test_transition_table_and_heatmap(ner_nlp, tmp_path):
+    table = ner_nlp.get_pipe("crf_tagger").transition_table()
+    assert table.row_labels[0] == "<start>" and table.col_labels[-1] == "<end>"
+    assert table.matrix.shape == (6, 6)
+    assert table.score("<start>", "O") == pytest.approx(table.start[0])
+    text = str(table)
+    assert "B-LOC" in text and "<end>" in text
+    assert 0.0 <= table.validity() <= 1.0
+    png = table.plot(tmp_path / "t.png", title="test")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_decoded_sequences_respect_the_scheme(ner_nlp):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    docs = [ner_nlp.make_doc(t) for t in ["去去去上上", "海海张张三李", "我"]]
+    for ids in pipe.predict(docs):
+        assert is_valid("bio", [pipe.tags[i] for i in ids])
+
+
+def _structure_task(n_docs=60, seed=0):
+    """Tags cycle X Y Z X Y Z ... over random characters: a token's own
+    features say nothing about its tag, only the label order does."""
+    rng = random.Random(seed)
+    alphabet = list("我在北京工作张三去上海今天气好")
+    data = []
+    for _ in range(n_docs):
+        n = rng.randint(6, 14)
+        words = [rng.choice(alphabet) for _ in range(n)]
+        tags = ["XYZ"[i % 3] for i in range(n)]
+        data.append((words, tags))
+    return data
+
+
+def _accuracy_on_structure_task(use_crf):
+    nlp = spacy.blank("zh")
+    tok2vec = dict(SMALL_TOK2VEC, window_size=1, depth=1)
+    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": {**_model_config(use_crf=use_crf), "tok2vec": tok2vec}})
+    def examples(data):
+        return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, tags=t, spaces=[False] * len(w))) for w, t in data]
+    train_set, test_set = examples(_structure_task(60, 1)), examples(_structure_task(30, 2))
+    # The same optimizer for both heads; the CRF group's multiplier has no
+    # parameters to act on in the softmax head.
+    optimizer = nlp.initialize(lambda: train_set, sgd=grouped_adam(0.001, crf_lr_multiplier=100.0))
+    for _ in range(15):
+        for i in range(0, len(train_set), 10):
+            nlp.update(train_set[i : i + 10], sgd=optimizer)
+    return nlp.evaluate(test_set)["tag_acc"]
+
+
+def test_crf_beats_softmax_when_only_label_order_disambiguates():
+    crf_acc = _accuracy_on_structure_task(use_crf=True)
+    softmax_acc = _accuracy_on_structure_task(use_crf=False)
+    assert crf_acc > 0.95
+    assert crf_acc > softmax_acc + 0.2
