@@ -108,3 +108,39 @@ def test_record_run_on_a_pipeline():
     assert record["use_crf"] and 0 <= record["validity"] <= 1
     assert record["transitions"]["tags"] == nlp.get_pipe("crf_tagger").tags
     assert record["transition_emission_ratio"] > 0 and record["mean_emission_margin"] > 0
+
+
+def _fake_record(task, depth, head, multiplier, seed, f1, validity=None, ratio=None):
+    record = {"task": task, "depth": depth, "head": head, "multiplier": multiplier, "seed": seed, "f1": f1,
+              "scheme": "bmes", "train_seconds": 10.0}
+    if head == "crf":
+        rng = numpy.random.default_rng(seed)
+        record.update(validity=validity, transition_emission_ratio=ratio,
+                      transitions={"tags": TAGS, "transitions": rng.normal(size=(4, 4)).tolist(),
+                                   "start": [0.0] * 4, "end": [0.0] * 4})
+    return record
+
+
+def test_study_report(tmp_path):
+    from spacy_crf.study_report import reading, results_table, write_report
+
+    records = []
+    for seed in (0, 1):
+        for depth, soft, crf1, crf1000 in ((1, 0.80, 0.84, 0.86), (12, 0.95, 0.951, 0.952)):
+            records.append(_fake_record("cws", depth, "softmax", 1, seed, soft + seed * 0.01))
+            records.append(_fake_record("cws", depth, "crf", 1, seed, crf1, validity=0.5, ratio=0.02))
+            records.append(_fake_record("cws", depth, "crf", 1000, seed, crf1000, validity=1.0, ratio=0.5))
+    table = results_table(records)
+    assert "| softmax | 80.5 ± 0.5 | 95.5 ± 0.5 |" in table
+    lines = reading(records)
+    assert any(line.startswith("- **Claim 1 (cws, 12 layers): held.**") for line in lines)
+    assert any(line.startswith("- **Claim 2 (cws, 12 layers): held.**") for line in lines)
+    assert any(line.startswith("- **Claim 3 (cws, 1 layer): held.**") for line in lines)
+    path = write_report(records, tmp_path, budget="200 steps", command="spacy project run study")
+    text = path.read_text()
+    assert "200 steps" in text and "## Transition validity" in text
+    assert (tmp_path / "multiplier_curves.png").exists()
+    assert (tmp_path / "transitions_cws_1L_x1000.png").read_bytes()[:4] == b"\x89PNG"
+    # a claim that fails is reported as such
+    worse = [dict(r, f1=0.7) if r["head"] == "crf" and r["depth"] == 1 else r for r in records]
+    assert any("Claim 3 (cws, 1 layer): did not hold" in line for line in reading(worse))
