@@ -96,7 +96,7 @@ def constrain(
 
 
 class _Batch(NamedTuple):
-    emissions: Tensor  # float32 [B, T', K], trimmed to the longest row, padding zeroed
+    emissions: Tensor  # float32 [B, T', K], trimmed to the longest row
     mask: Tensor  # bool [B, T']
     lengths: Tensor  # long [B]
     min_length: int  # positions < min_length are real in every row
@@ -120,21 +120,13 @@ def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
     if batch_size == 0 or padded_length == 0:
         min_length = max_length = 0
     else:
-        not_prefix = (mask[:, 1:] & ~mask[:, :-1]).any()
+        not_prefix = (mask[:, 1:] > mask[:, :-1]).any()
         # One host sync per call (not per step): the loop bounds must be Python ints.
-        min_length, max_length, bad = torch.stack(
-            [lengths.min(), lengths.max(), not_prefix.long()]
-        ).tolist()
+        min_length, max_length, bad = torch.stack([*torch.aminmax(lengths), not_prefix]).tolist()
         if bad:
             raise ValueError("mask rows must be left-aligned: True for real tokens, then False")
     # Trailing all-padding columns cannot change any result: don't loop over them.
-    emissions = emissions[:, :max_length]
-    mask = mask[:, :max_length]
-    if min_length < max_length:
-        # Padding may hold garbage (even NaN/inf); zero it so that it can never
-        # reach a result or a gradient.
-        emissions = emissions.masked_fill(~mask.unsqueeze(-1), 0.0)
-    return _Batch(emissions, mask, lengths, min_length, padded_length)
+    return _Batch(emissions[:, :max_length], mask[:, :max_length], lengths, min_length, padded_length)
 
 
 # The recursions below work "step-major, batch-last": emissions [T, K, B], a
@@ -144,37 +136,47 @@ def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
 # which vectorises well: on CPU it measured ~2x faster for logsumexp and ~6x for
 # max than reducing the middle dimension of [B, K, K] as pytorch-crf does.
 #
-# Forward recursions simply run on past the end of shorter rows (their padded
-# emissions are zero, so the states stay finite) and each row's state is read
-# at its own last position afterwards: one gather per call instead of a select
-# per step.
+# Forward recursions simply run on past the end of shorter rows and each row's
+# state is read at its own last position afterwards: one gather per call
+# instead of a select per step.
 
 
-def _step_major(batch: _Batch) -> Tuple[Tensor, Tensor]:
-    """emissions ``[T, K, B]`` (contiguous) and mask ``[T, 1, B]``."""
-    return batch.emissions.permute(1, 2, 0).contiguous(), batch.mask.t().unsqueeze(1)
+def _step_major(batch: _Batch, zero_padding: bool = True) -> Tuple[Tensor, Tensor]:
+    """emissions ``[T, K, B]`` (contiguous) and mask ``[T, 1, B]``.
+
+    ``zero_padding``: padded emissions may hold garbage (even NaN/inf), and the
+    recursions run on past each row's end. Results never read those steps,
+    but backward passes still multiply their zero gradients by them (0 * NaN
+    is NaN), so zero the padding wherever gradients may flow. Viterbi, which
+    never differentiates through its search, skips the extra op.
+    """
+    emissions = batch.emissions.permute(1, 2, 0).contiguous()
+    mask = batch.mask.t().unsqueeze(1)
+    if zero_padding and batch.min_length < emissions.shape[0]:
+        emissions = emissions.masked_fill(~mask, 0.0)
+    return emissions, mask
 
 
-def _at_last_position(states: List[Tensor], batch: _Batch) -> Tensor:
-    """Each row's state at its last real position: ``T x [K, B]`` -> ``[K, B]``.
+def _at_last_position(states: Tensor, batch: _Batch) -> Tensor:
+    """Each row's state at its last real position: ``[T, K, B]`` -> ``[K, B]``.
 
     Empty rows get the first state (callers overwrite their results).
     """
-    if batch.min_length == len(states):
+    if batch.min_length == states.shape[0]:
         return states[-1]
     last = (batch.lengths - 1).clamp(min=0)
     rows = torch.arange(last.shape[0], device=last.device)
-    return torch.stack(states)[last, :, rows].t()
+    return states[last, :, rows].t()
 
 
-def _forward_alphas(batch: _Batch, transitions: Tensor, start: Tensor) -> List[Tensor]:
-    """Forward algorithm in log space: the ``T`` alphas ``[K, B]``.
+def _forward_alphas(emissions: Tensor, transitions: Tensor, start: Tensor) -> List[Tensor]:
+    """Forward algorithm in log space over step-major emissions ``[T, K, B]``:
+    the ``T`` alphas ``[K, B]``.
 
     ``alpha_t[j, b]`` = log of the summed exp-scores of all length-(t+1)
     prefixes of row b that end in tag j (start score included). Values past a
     row's end are meaningless.
     """
-    emissions, _ = _step_major(batch)
     transitions_from_to = transitions.unsqueeze(2)  # [K_from, K_to, 1]
     steps = emissions.unbind(0)
     alpha = start.unsqueeze(1) + steps[0]
@@ -199,10 +201,13 @@ def _zero_scores(batch: _Batch, *parameters: Tensor) -> Tensor:
 def _log_partition(batch: _Batch, transitions: Tensor, start: Tensor, end: Tensor) -> Tensor:
     if batch.emissions.shape[1] == 0:
         return _zero_scores(batch, transitions, start, end)
-    alpha = _at_last_position(_forward_alphas(batch, transitions, start), batch)
+    alphas = _forward_alphas(_step_major(batch)[0], transitions, start)
+    alpha = alphas[-1] if batch.min_length == len(alphas) else _at_last_position(torch.stack(alphas), batch)
     log_z = torch.logsumexp(alpha + end.unsqueeze(1), dim=0)
-    # An empty row has one empty path with score 0.
-    return torch.where(batch.lengths > 0, log_z, torch.zeros_like(log_z))
+    if batch.min_length == 0:
+        # An empty row has one empty path with score 0.
+        log_z = torch.where(batch.lengths > 0, log_z, torch.zeros_like(log_z))
+    return log_z
 
 
 def _path_score(
@@ -335,11 +340,11 @@ def viterbi(
     batch = _prepare(emissions, mask)
     batch_size, length, num_tags = batch.emissions.shape
     device = batch.emissions.device
-    best_tags = torch.full((batch_size, batch.padded_length), -1, dtype=torch.long, device=device)
     if length == 0:
-        return best_tags, batch.emissions.new_zeros(batch_size)
+        no_tags = torch.full((batch_size, batch.padded_length), -1, dtype=torch.long, device=device)
+        return no_tags, _zero_scores(batch, transitions, start, end)
     with torch.no_grad():
-        step_emissions, _ = _step_major(batch)
+        step_emissions, _ = _step_major(batch, zero_padding=False)
         search_transitions = transitions.detach()
         transitions_from_to = search_transitions.unsqueeze(2)  # [K_from, K_to, 1]
         steps = step_emissions.unbind(0)
@@ -350,39 +355,46 @@ def viterbi(
             # max-with-indices; backpointers are recovered afterwards.
             score = (score.unsqueeze(1) + transitions_from_to).amax(dim=0) + emission
             scores.append(score)
+        scores = torch.stack(scores)  # [T, K, B]
         final_scores = _at_last_position(scores, batch) + end.detach().unsqueeze(1)
         best_score, last_tag = final_scores.max(dim=0)  # [B]
         if device.type != "cpu" or num_tags * num_tags * batch_size <= _BULK_BACKPOINTERS_MAX_STEP_SIZE:
             path = _backtrace_bulk(scores, batch, search_transitions, last_tag)
         else:
             path = _backtrace_lazy(scores, batch, search_transitions, last_tag)
-        best_tags[:, :length] = path.masked_fill(~batch.mask, -1)
+        best_tags = path.masked_fill(~batch.mask, -1)
+        if length < batch.padded_length:
+            best_tags = torch.nn.functional.pad(best_tags, (0, batch.padded_length - length), value=-1)
     needs_grad = torch.is_grad_enabled() and any(
         x is not None and x.requires_grad for x in (emissions, transitions, start, end)
     )
     if needs_grad:
         # Same value as the search's maximum (up to float rounding), but differentiable.
         best_score = _path_score(batch, best_tags, transitions, start, end)
-    return best_tags, torch.where(batch.lengths > 0, best_score, torch.zeros_like(best_score))
+    elif batch.min_length == 0:
+        best_score = torch.where(batch.lengths > 0, best_score, torch.zeros_like(best_score))
+    return best_tags, best_score
 
 
 # Two ways to recover the best path from the Viterbi scores. "Bulk" computes
 # every backpointer at once, O(T K^2 B) work in a few large ops, then follows
 # them in O(log T) steps; "lazy" walks back step by step computing only the
 # backpointer of the tag each row takes, O(T K B) work in ~4 small ops per
-# step. On CPU bulk costs ~2 ns per element of [T, K, K, B] and lazy ~6 us per
-# step of op overhead, so bulk wins while K*K*B is below about 4k; on
-# accelerators, where small ops are launch-bound, bulk always wins.
+# step. On CPU bulk costs ~2 ns per element of [T, K, K, B] (max with indices
+# is a slow kernel) and lazy ~10 us of op overhead per step, so bulk wins
+# while K*K*B is below about 4-5k (e.g. 4 tags at any usual batch size, 21
+# tags only up to batch 10); on accelerators, where small ops are
+# launch-bound, bulk always wins.
 _BULK_BACKPOINTERS_MAX_STEP_SIZE = 4096
 # Largest [steps, K, K, B] block the bulk path materialises at once (memory bound).
 _BULK_BACKPOINTERS_CHUNK = 1 << 22
 
 
-def _backtrace_bulk(scores: List[Tensor], batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
-    """Best path ``[B, T]`` from the Viterbi states ``T x [K, B]`` and each
+def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
+    """Best path ``[B, T]`` from the Viterbi states ``[T, K, B]`` and each
     row's best last tag ``[B]``; values at padded positions are arbitrary."""
-    num_tags, batch_size = scores[0].shape
-    num_moves = len(scores) - 1
+    num_steps, num_tags, batch_size = scores.shape
+    num_moves = num_steps - 1
     if num_moves == 0:
         return last_tag.unsqueeze(1)
     transitions_from_to = transitions.unsqueeze(2)  # [K_from, K_to, 1]
@@ -390,11 +402,11 @@ def _backtrace_bulk(scores: List[Tensor], batch: _Batch, transitions: Tensor, la
     # pointers[t, j, b]: best tag at step t given tag j at step t+1.
     pointers = torch.cat([
         (chunk.unsqueeze(2) + transitions_from_to).max(dim=1).indices
-        for chunk in torch.stack(scores[:-1]).split(steps_per_chunk)
+        for chunk in scores[:-1].split(steps_per_chunk)
     ])
     # Past a row's end every tag points at itself, so the row's last tag is
     # carried back unchanged to its real last position.
-    _, step_mask = _step_major(batch)
+    step_mask = batch.mask.t().unsqueeze(1)  # [T, 1, B]
     identity = torch.arange(num_tags, device=last_tag.device).unsqueeze(1)
     pointers = torch.where(step_mask[1:], pointers, identity)
     # Suffix scan by pointer doubling: afterwards pointers[t] maps a tag at the
@@ -410,19 +422,21 @@ def _backtrace_bulk(scores: List[Tensor], batch: _Batch, transitions: Tensor, la
     return torch.cat([earlier_tags, last_tag.unsqueeze(0)]).t()
 
 
-def _backtrace_lazy(scores: List[Tensor], batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
+def _backtrace_lazy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
     """Same arguments and result as ``_backtrace_bulk``, walking back one step
     at a time (all rows together) and recovering only the backpointers used."""
+    # Batch-major here: argmax over a contiguous last dimension is ~3x cheaper
+    # on CPU than over the leading one (and max(dim) would enter a
+    # thread-parallel region per step, which stalls when the cores are busy).
+    steps = scores.transpose(1, 2).contiguous().unbind(0)  # T x [B, K_from]
+    transitions_to_from = transitions.t().contiguous()
     real = batch.mask.t()  # [T, B]
     tag = last_tag
     path = [tag]
-    for t in range(len(scores) - 2, -1, -1):
+    for t in range(len(steps) - 2, -1, -1):
         # The same float32 sums as in the search, so the argmax lands on a
-        # predecessor that attains the stored maximum. (argmax rather than
-        # max(dim).indices: on CPU, max(dim) enters a thread-parallel region
-        # even for tiny tensors, which costs more per step and can stall
-        # badly when other processes keep the cores busy.)
-        best_previous = (scores[t] + transitions.index_select(1, tag)).argmax(dim=0)
+        # predecessor that attains the stored maximum.
+        best_previous = (steps[t] + transitions_to_from.index_select(0, tag)).argmax(dim=1)
         # A row whose step t+1 is padding has not reached its end yet: it
         # keeps its last tag.
         tag = best_previous if t + 1 < batch.min_length else torch.where(real[t + 1], best_previous, tag)
@@ -450,11 +464,11 @@ def marginals(
     result = batch.emissions.new_zeros(batch_size, batch.padded_length, num_tags)
     if length == 0:
         return result
-    alphas = _forward_alphas(batch, transitions, start)
+    step_emissions, step_mask = _step_major(batch)
+    alphas = _forward_alphas(step_emissions, transitions, start)
     # beta_t[i, b] = log summed exp-scores of everything after tag i at step t,
     # end score included. The backward pass must start at each row's own end,
     # so here rows are reset to `end` at padded steps instead of gathered.
-    step_emissions, step_mask = _step_major(batch)
     transitions_to_from = transitions.t().contiguous().unsqueeze(2)  # [K_to, K_from, 1]
     end_beta = end.unsqueeze(1).expand(num_tags, batch_size)
     beta = end_beta
