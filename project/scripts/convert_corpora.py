@@ -1,0 +1,121 @@
+"""Convert every available corpus to ``.spacy`` and check the counts.
+
+    python scripts/convert_corpora.py --assets assets --out corpus [--limit N] [--max-chars 256]
+
+Calls :func:`spacy_crf.corpora.convert_corpus` (the function behind
+``python -m spacy_crf convert-corpus``) for each corpus: CWS docs are
+word-tokenized reference docs, NER docs character-tokenized with entities;
+docs longer than ``--max-chars`` characters are split at sentence or clause
+ends (never inside a word or entity) so that they fit the transformer window.
+Where a corpus has no dev file, a dev split is carved from train with a fixed
+seed. The counts read from each *whole* file are compared with those
+published in the data README (a mismatch is an error). Held-back test files
+that are absent are skipped: the corpus is then evaluated on its dev split,
+and ``corpus/manifest.json`` says so (``eval_split``).
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import srsly
+from spacy_crf.corpora import convert_corpus
+
+# (name, task, format, train file, dev file or None (carve), test file or None)
+CORPORA = [
+    ("sxu", "cws", "sighan", "cws/sxu/train.txt", None, "cws/sxu/test.txt"),
+    ("pku", "cws", "sighan", None, None, "cws/sighan2005/pku_test_gold.utf8"),
+    ("msr", "cws", "sighan", None, None, "cws/sighan2005/msr_test_gold.utf8"),
+    ("msra", "ner", "bio", "ner/msra/msra_train_bio", None, "ner/msra/msra_test_bio"),
+    ("weibo", "ner", "weibo", "ner/weibo/weiboNER_2nd_conll.train", "ner/weibo/weiboNER_2nd_conll.dev",
+     "ner/weibo/weiboNER_2nd_conll.test"),
+    ("resume", "ner", "bmes", "ner/resume/train.char.bmes", "ner/resume/dev.char.bmes", "ner/resume/test.char.bmes"),
+    # CLUENER's test.json has no labels; its dev.json is the split everyone reports.
+    ("cluener", "ner", "cluener", "ner/cluener/train.json", None, "ner/cluener/dev.json"),
+]
+# Dictionaries for OOV/IV recall of the cross-corpus test sets.
+DICTIONARIES = {"pku": "cws/sighan2005/pku_training_words.utf8", "msr": "cws/sighan2005/msr_training_words.utf8"}
+# Counts of the whole files, from the data README.
+EXPECTED = {
+    "cws/sxu/train.txt": {"docs": 17115, "words": 528238},
+    "cws/sxu/test.txt": {"docs": 3654, "words": 113527},
+    "cws/sighan2005/pku_test_gold.utf8": {"docs": 1944, "words": 104372},
+    "cws/sighan2005/msr_test_gold.utf8": {"docs": 3985},
+    "ner/msra/msra_train_bio": {"docs": 45000, "chars": 2171573,
+                                "entities": {"LOC": 36860, "ORG": 20584, "PER": 17615}},
+    "ner/msra/msra_test_bio": {"docs": 3442, "chars": 172601},
+    "ner/weibo/weiboNER_2nd_conll.train": {"docs": 1350},
+    "ner/weibo/weiboNER_2nd_conll.dev": {"docs": 270},
+    "ner/weibo/weiboNER_2nd_conll.test": {"docs": 270},
+    "ner/resume/train.char.bmes": {"docs": 3821},
+    "ner/resume/dev.char.bmes": {"docs": 463},
+    "ner/resume/test.char.bmes": {"docs": 477, "entities_total": 1630},
+    "ner/cluener/train.json": {"docs": 10748},
+    "ner/cluener/dev.json": {"docs": 1343},
+}
+
+
+def check_counts(rel: str, stats: dict, errors: list) -> None:
+    for key, want in EXPECTED.get(rel, {}).items():
+        got = stats["read"].get(key)
+        if got != want:
+            errors.append(f"{rel}: {key} is {got}, the data README says {want}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--assets", default="assets")
+    p.add_argument("--out", default="corpus")
+    p.add_argument("--limit", type=int, default=0, help="keep the first N training docs (0: all)")
+    p.add_argument("--max-chars", type=int, default=256)
+    p.add_argument("--dev-ratio", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", default="", help="comma-separated corpus names (default: all)")
+    args = p.parse_args()
+    assets, out = Path(args.assets), Path(args.out)
+    only = set(filter(None, args.only.split(",")))
+    manifest, errors = {}, []
+    limit = args.limit or None
+
+    def run(rel, fmt, output, **kw):
+        stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed, **kw)
+        check_counts(rel, stats, errors)
+        return stats
+
+    for name, task, fmt, train, dev, test in CORPORA:
+        if only and name not in only:
+            continue
+        entry = {"task": task}
+        if train:
+            if dev is None:
+                stats = run(train, fmt, out / name / "train.spacy", dev_output=out / name / "dev.spacy",
+                            dev_ratio=args.dev_ratio, limit=limit)
+                entry["dev_note"] = f"carved from train: ratio {args.dev_ratio}, seed {args.seed}"
+            else:
+                stats = run(train, fmt, out / name / "train.spacy", limit=limit)
+                run(dev, fmt, out / name / "dev.spacy", limit=limit)
+            entry.update(train=str(out / name / "train.spacy"), dev=str(out / name / "dev.spacy"))
+            entry["counts"] = {k: v["written"] for k, v in stats["outputs"].items()}
+        if test and (assets / test).exists():
+            run(test, fmt, out / name / "test.spacy")
+            entry.update(eval=str(out / name / "test.spacy"), eval_split="test")
+        elif train:
+            entry.update(eval=entry["dev"], eval_split="dev",
+                         eval_note=f"held-back test file {test} is absent: scores are on the dev split")
+            print(f"NOTE {name}: {test} is absent; this corpus is evaluated on its dev split")
+        else:
+            print(f"NOTE {name}: {test} is absent; no cross-corpus score for {name}")
+            continue
+        if name in DICTIONARIES:
+            entry["dictionary"] = str(assets / DICTIONARIES[name])
+        elif task == "cws":
+            entry["dictionary"] = entry["train"]
+        manifest[name] = entry
+    out.mkdir(parents=True, exist_ok=True)
+    srsly.write_json(out / "manifest.json", manifest)
+    if errors:
+        sys.exit("counts differ from the data README:\n  " + "\n  ".join(errors))
+    print(f"converted {', '.join(manifest)}; counts match the data README; manifest: {out / 'manifest.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Evaluate the trained models on every available evaluation set.
+
+    python scripts/evaluate_all.py --out ROOT [--eval-limit N]
+
+Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
+
+* CWS (``ROOT/training/cws`` = CRF, ``ROOT/training/cws_softmax`` = spaCy
+  ``tagger`` on BMES tags) on SXU (test, or dev when the test file is held
+  back) with the SXU training words as the OOV dictionary, and on the PKU and
+  MSR SIGHAN 2005 gold files (cross-corpus) with their training word lists;
+* NER (``ROOT/training/ner`` = CRF, ``ROOT/training/ner_softmax`` = spaCy
+  ``ner``) on MSRA (test, or dev).
+
+Writes one JSON per score to ``ROOT/metrics/`` and the table
+``ROOT/metrics/summary.md``; ``--readme`` also puts the table into that
+README between the ``<!-- METRICS -->`` markers.
+"""
+import argparse
+import json
+import re
+from pathlib import Path
+
+import srsly
+from spacy_crf.evaluate import evaluate
+
+MODELS = {"cws": [("CRF", "cws"), ("softmax (spaCy tagger)", "cws_softmax")],
+          "ner": [("CRF", "ner"), ("softmax (spaCy ner)", "ner_softmax")]}
+
+
+def pct(x):
+    return "–" if x is None else f"{100 * x:.2f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=".")
+    p.add_argument("--eval-limit", type=int, default=0)
+    p.add_argument("--profile", default="default")
+    p.add_argument("--readme", default="")
+    args = p.parse_args()
+    root = Path(args.out)
+    manifest = srsly.read_json(root / "corpus" / "manifest.json")
+    metrics = root / "metrics"
+    metrics.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for corpus, entry in manifest.items():
+        task = entry["task"]
+        if task == "ner" and corpus != "msra":
+            continue  # further NER benchmarks: train with the ner-benchmark workflow
+        for label, model_dir in MODELS[task]:
+            model = root / "training" / model_dir / "model-best"
+            if not model.exists():
+                print(f"skip {model_dir} on {corpus}: {model} not trained")
+                continue
+            note = entry.get("eval_note", "")
+            result = evaluate(task, model, Path(entry["eval"]), words=Path(entry["dictionary"]) if task == "cws" else None,
+                              split=entry["eval_split"], name=f"{model_dir}:{corpus}", note=note,
+                              limit=args.eval_limit)
+            result["profile"] = args.profile
+            if args.eval_limit:
+                result["note"] = (note + f" Only the first {args.eval_limit} docs were scored.").strip()
+            path = metrics / f"{model_dir}_{corpus}_{entry['eval_split']}.json"
+            path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+            s, train = result["scores"], result["train"] or {}
+            if task == "cws":
+                score = f"P {pct(s['words_p'])} / R {pct(s['words_r'])} / **F {pct(s['words_f'])}**"
+                extra = f"OOV-R {pct(s.get('words_oov_recall'))}, IV-R {pct(s.get('words_iv_recall'))}"
+            else:
+                score = f"P {pct(s['ents_p'])} / R {pct(s['ents_r'])} / **F {pct(s['ents_f'])}**"
+                extra = ", ".join(f"{t} {pct(v['f'])}" for t, v in sorted((s.get("ents_per_type") or {}).items()))
+            hw = result["hardware"]
+            device = hw.get("gpu") or f"{hw.get('cpu_count')} CPU cores"
+            rows.append(f"| {task} | {corpus} ({entry['eval_split']}) | {label} | {score} | {extra} | "
+                        f"{result['speed']['chars_per_s']:,.0f} | {train.get('train_seconds', '–')} | {device} |")
+            print(rows[-1])
+    table = "\n".join([
+        f"Profile `{args.profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
+        "",
+        "| task | corpus (split) | model | score | OOV/IV recall or per-type F | chars/s | train s | hardware |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ])
+    (metrics / "summary.md").write_text(table + "\n", encoding="utf8")
+    print(table)
+    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
+        readme = Path(args.readme)
+        text = readme.read_text(encoding="utf8")
+        new = re.sub(r"(<!-- METRICS -->\n).*?(\n<!-- /METRICS -->)", lambda m: m.group(1) + table + m.group(2),
+                     text, flags=re.S)
+        readme.write_text(new, encoding="utf8")
+
+
+if __name__ == "__main__":
+    main()

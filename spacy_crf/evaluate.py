@@ -1,0 +1,162 @@
+"""Evaluate a trained pipeline on a ``.spacy`` corpus and write the scores as JSON.
+
+``python -m spacy_crf.evaluate cws MODEL DATA.spacy --words WORDS --output OUT.json``
+``python -m spacy_crf.evaluate ner MODEL DATA.spacy --output OUT.json``
+
+* ``cws``: word P/R/F over character spans (SIGHAN definition), and with
+  ``--words`` (a SIGHAN ``*_training_words.utf8`` list, or a word-tokenized
+  ``.spacy`` training corpus whose words are the dictionary) OOV and IV
+  recall. The model may be a ``crf_tagger`` segmenter (``doc.spans``), a
+  softmax ``tagger`` on BMES tags (decoded by
+  :func:`spacy_crf.baselines.words_from_tags`), or a pipeline whose tokens
+  are the words.
+* ``ner``: ``ents_p/r/f`` and ``ents_per_type`` (spaCy's definition).
+
+Every result records the speed (characters per second of ``nlp.pipe``), the
+hardware, and, when the model directory has a ``train_meta.json`` (written by
+the project's training step) or ``--train-meta`` is given, the training time.
+"""
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Set
+
+import spacy
+import typer
+from spacy.language import Language
+from spacy.scorer import get_ner_prf
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+from .baselines import words_from_tags
+from .corpora import read_word_list
+from .scorers import score_words
+
+TASKS = ("cws", "ner")
+
+
+def hardware() -> Dict[str, Any]:
+    """CPU model, core count, torch threads and GPU (if any) of this machine."""
+    info: Dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - torch is a requirement
+        info["gpu"] = None
+    return info
+
+
+def load_word_set(path: Path) -> Set[str]:
+    """A dictionary of words: a ``.spacy`` file of word-tokenized docs (its
+    tokens), or a one-word-a-line list (:func:`spacy_crf.corpora.read_word_list`)."""
+    path = Path(path)
+    if path.suffix == ".spacy":
+        words: Set[str] = set()
+        for doc in DocBin().from_disk(path).get_docs(spacy.blank("zh").vocab):
+            words.update(t.text for t in doc if not t.is_space)
+        return words
+    return read_word_list(path)
+
+
+def _predict(nlp: Language, refs: List[Doc], batch_size: int, n_process: int = 1):
+    texts = [doc.text for doc in refs]
+    start = time.perf_counter()
+    docs = list(nlp.pipe(texts, batch_size=batch_size, n_process=n_process))
+    seconds = time.perf_counter() - start
+    n_chars = sum(len(t) for t in texts)
+    return docs, {"docs": len(texts), "chars": n_chars, "seconds": round(seconds, 3),
+                  "chars_per_s": round(n_chars / seconds, 1) if seconds > 0 else None}
+
+
+def evaluate_cws(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = None,
+                 spans_key: str = "words", batch_size: int = 32) -> Dict[str, Any]:
+    """Word P/R/F (+ OOV/IV recall with ``iv_words``) of ``nlp`` on word-tokenized ``refs``."""
+    docs, speed = _predict(nlp, refs, batch_size)
+    for doc in docs:
+        if spans_key not in doc.spans and any(t.tag_ for t in doc):
+            words_from_tags(doc, spans_key)
+    scores = score_words([Example(d, r) for d, r in zip(docs, refs)], spans_key=spans_key, iv_words=iv_words)
+    return {"scores": scores, "speed": speed}
+
+
+def evaluate_ner(nlp: Language, refs: List[Doc], batch_size: int = 32) -> Dict[str, Any]:
+    """Entity P/R/F and per-type scores of ``nlp`` on char-tokenized ``refs``."""
+    docs, speed = _predict(nlp, refs, batch_size)
+    scores = get_ner_prf([Example(d, r) for d, r in zip(docs, refs)])
+    return {"scores": scores, "speed": speed}
+
+
+def evaluate(task: str, model: Path, data: Path, *, words: Optional[Path] = None,
+             split: str = "test", name: Optional[str] = None, train_meta: Optional[Path] = None,
+             note: str = "", limit: int = 0, batch_size: int = 32) -> Dict[str, Any]:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}, not {task!r}")
+    nlp = spacy.load(model)
+    refs = list(DocBin().from_disk(data).get_docs(nlp.vocab))
+    if limit:
+        refs = refs[:limit]
+    if task == "cws":
+        iv = load_word_set(words) if words else None
+        result = evaluate_cws(nlp, refs, iv)
+        result["dictionary"] = {"path": str(words), "words": len(iv)} if iv is not None else None
+    else:
+        result = evaluate_ner(nlp, refs)
+    meta_path = Path(train_meta) if train_meta else Path(model).parent / "train_meta.json"
+    out: Dict[str, Any] = {
+        "name": name or f"{task}:{Path(model).parent.name}",
+        "task": task,
+        "model": str(model),
+        "pipeline": nlp.pipe_names,
+        "data": str(data),
+        "split": split,
+        "note": note,
+        **result,
+        "train": json.loads(meta_path.read_text(encoding="utf8")) if meta_path.exists() else None,
+        "hardware": hardware(),
+    }
+    return out
+
+
+def evaluate_cli(
+    task: str = typer.Argument(..., help="cws or ner"),
+    model: Path = typer.Argument(..., help="Pipeline directory", exists=True),
+    data: Path = typer.Argument(..., help=".spacy corpus to score on", exists=True),
+    output: Path = typer.Option(..., "--output", "-o", help="JSON file to write"),
+    words: Optional[Path] = typer.Option(None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall"),
+    split: str = typer.Option("test", "--split", help="What DATA is: test or dev (recorded)"),
+    name: Optional[str] = typer.Option(None, "--name", help="Name of this result"),
+    train_meta: Optional[Path] = typer.Option(None, "--train-meta", help="JSON with the training time (default: MODEL/../train_meta.json)"),
+    note: str = typer.Option("", "--note", help="Free text recorded with the scores"),
+    limit: int = typer.Option(0, "--limit", help="Score only the first N docs (0: all)"),
+) -> None:
+    """Score a pipeline on a corpus; write scores, speed, hardware and train time as JSON."""
+    result = evaluate(task, model, data, words=words, split=split, name=name, train_meta=train_meta,
+                      note=note, limit=limit)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+    s = result["scores"]
+    keys = ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"] if task == "cws" else ["ents_p", "ents_r", "ents_f"]
+    shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)
+    typer.echo(f"{result['name']} on {split} ({data}): {shown}; {result['speed']['chars_per_s']} chars/s -> {output}")
+
+
+if __name__ == "__main__":
+    typer.run(evaluate_cli)
