@@ -133,8 +133,9 @@ def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
 # state (alpha, beta, Viterbi score) [K, B], and the per-step broadcast
 # [K_from, K_to, B], reduced over its *leading* dimension. On a contiguous
 # tensor that reduction is an elementwise max/sum across K contiguous slabs,
-# which vectorises well: on CPU it measured ~2x faster for logsumexp and ~6x for
-# max than reducing the middle dimension of [B, K, K] as pytorch-crf does.
+# which vectorises well. On CPU (K=21, B=32) logsumexp measured ~2x faster
+# than over the middle dimension of [B, K, K] as pytorch-crf does, and
+# Viterbi's values-only amax ~6x faster than pytorch-crf's max-with-indices.
 #
 # Forward recursions simply run on past the end of shorter rows and each row's
 # state is read at its own last position afterwards: one gather per call
