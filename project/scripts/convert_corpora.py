@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import srsly
-from spacy_crf.corpora import convert_corpus
+from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
 
 # (name, task, format, train file, dev file or None (carve), test file or None)
 CORPORA = [
@@ -77,7 +77,10 @@ def main() -> None:
     limit = args.limit or None
 
     def run(rel, fmt, output, **kw):
-        stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed, **kw)
+        try:
+            stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed, **kw)
+        except (CorpusFormatError, SplitError) as err:  # the message starts with file:line
+            sys.exit(f"error: {err}")
         check_counts(rel, stats, errors)
         return stats
 
