@@ -37,7 +37,12 @@ def main() -> None:
     p.add_argument("--eval-limit", type=int, default=0)
     p.add_argument("--profile", default="default")
     p.add_argument("--readme", default="")
+    p.add_argument("--gpu-id", type=int, default=-1)
     args = p.parse_args()
+    if args.gpu_id >= 0:
+        import spacy
+
+        spacy.require_gpu(args.gpu_id)
     root = Path(args.out)
     manifest = srsly.read_json(root / "corpus" / "manifest.json")
     metrics = root / "metrics"
