@@ -181,7 +181,9 @@ def write_report(records: Sequence[Dict], out_dir: Path, budget: str = "", comma
         "",
         "Heads: spaCy-CRF's `crf_tagger` with the softmax head (`use_crf = false`, same emission "
         "layer) or the CRF head at a CRF learning-rate multiplier of 1, 100 or 1000 "
-        "(`spacy_crf.GroupedAdam.v1`, `crf_lr_multiplier`). Cells: mean ± half-range over seeds.",
+        "(`spacy_crf.GroupedAdam.v1`, `crf_lr_multiplier`). The CRF is trained without the "
+        "scheme's constraints (`constrain_training = false`), so that validity measures what it "
+        "learned; decoding is constrained, as always in `crf_tagger`. Cells: mean ± half-range over seeds.",
         "",
     ]
     if budget:

