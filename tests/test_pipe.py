@@ -249,3 +249,29 @@ def test_crf_beats_softmax_when_only_label_order_disambiguates():
     softmax_acc = _accuracy_on_structure_task(use_crf=False)
     assert crf_acc > 0.95
     assert crf_acc > softmax_acc + 0.2
+
+
+def test_add_label_before_and_after_initialize():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    assert pipe.add_label("PER") == 1 and pipe.add_label("PER") == 0
+    with pytest.raises(Exception, match="looks like a tag"):
+        pipe.add_label("B-LOC")
+    nlp.initialize(lambda: ner_examples(nlp))
+    with pytest.raises(ValueError, match="after the model was initialized"):
+        pipe.add_label("ORG")
+    seg = spacy.blank("zh").add_pipe("crf_tagger", config={"scheme": "bmes"})
+    with pytest.raises(ValueError, match="no labels"):
+        seg.add_label("X")
+
+
+def test_softmax_head_segments_too():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": _model_config(use_crf=False)})
+    train(nlp, seg_examples(nlp))
+    assert not pipe.model.has_ref("crf")
+    with pytest.raises(ValueError, match="no CRF layer"):
+        pipe.transition_table()
+    doc = nlp("张三去上海")
+    assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"  # every character in some word
+    assert nlp.evaluate(seg_examples(nlp))["words_f"] == 1.0
