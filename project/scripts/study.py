@@ -73,9 +73,15 @@ def run(
     for i, (depth, head, multiplier, seed) in enumerate(cells, 1):
         name = f"{task}_{depth}L_{head}_x{multiplier:g}_seed{seed}"
         record_path = runs_dir / f"{name}.json"
+        budget = {"steps": max_steps, "batch_chars": batch_size, "warmup_steps": warmup_steps,
+                  "learn_rate": learn_rate, "train_limit": train_limit, "dev_limit": dev_limit,
+                  "encoder": encoders[depth]}
         if record_path.exists():
-            msg.good(f"[{i}/{len(cells)}] {name}: done earlier, skipped")
-            continue
+            earlier = srsly.read_json(record_path)
+            if all(earlier.get(k) == v for k, v in budget.items()):
+                msg.good(f"[{i}/{len(cells)}] {name}: done earlier with the same budget, skipped")
+                continue
+            msg.warn(f"[{i}/{len(cells)}] {name}: earlier run had another budget, running again")
         msg.divider(f"[{i}/{len(cells)}] {name}")
         output = out_dir / "models" / name
         overrides = {
@@ -118,10 +124,9 @@ def run(
         else:
             f1, oov = scored["ents_f"], None
         scheme = nlp.get_pipe(component).cfg["scheme"]
+        record.update(budget)
         record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed,
                       scheme=scheme, constrain_training=False, f1=f1, oov_recall=oov, train_seconds=round(seconds, 1),
-                      steps=max_steps, batch_chars=batch_size, warmup_steps=warmup_steps,
-                      learn_rate=learn_rate, encoder=encoders[depth], train_limit=train_limit,
                       hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
         srsly.write_json(record_path, record)
         shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
