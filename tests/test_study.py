@@ -144,3 +144,8 @@ def test_study_report(tmp_path):
     # a claim that fails is reported as such
     worse = [dict(r, f1=0.7) if r["head"] == "crf" and r["depth"] == 1 else r for r in records]
     assert any("Claim 3 (cws, 1 layer): did not hold" in line for line in reading(worse))
+    # nothing learned at all is inconclusive, and claim 1 needs a full-depth run
+    shallow_only = [dict(r, f1=0.0) for r in records if r["depth"] == 1]
+    lines = reading(shallow_only)
+    assert any("Claim 1 (cws): not assessed" in line for line in lines)
+    assert any("Claim 3 (cws, 1 layer): inconclusive" in line for line in lines)
