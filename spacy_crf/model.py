@@ -230,10 +230,9 @@ def crf_loss(
     return float(loss.detach()), d_scores
 
 
-def decode(
-    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
-) -> List[Ints1d]:
-    """Best tag ids per doc: constrained Viterbi, or argmax for the softmax head."""
+def _inference(model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask], crf_fn, softmax_fn) -> List:
+    """Run ``crf_fn`` (a CRF inference function of :mod:`spacy_crf.crf`) or,
+    for the softmax head, ``softmax_fn`` over the padded emissions; unpad."""
     if not scores:
         return []
     lengths = [len(s) for s in scores]
@@ -241,35 +240,28 @@ def decode(
         emissions, mask = _pad(scores)
         if model.attrs.get("use_crf", True):
             transitions, start, end = _crf_tensors(model.get_ref("crf"))
-            tags, _ = crf.viterbi(
-                emissions, mask, transitions, start, end,
-                constraints=torch_constraints(constraints, emissions.device),
-            )
+            out = crf_fn(emissions, mask, transitions, start, end,
+                         constraints=torch_constraints(constraints, emissions.device))
         else:
-            tags = emissions.argmax(dim=-1) if emissions.numel() else emissions.new_zeros(emissions.shape[:2], dtype=torch.long)
-    tags = tags.cpu().numpy()
-    return [tags[i, :n] for i, n in enumerate(lengths)]
+            out = softmax_fn(emissions)
+    out = out.cpu().numpy()
+    return [out[i, :n] for i, n in enumerate(lengths)]
+
+
+def decode(
+    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
+) -> List[Ints1d]:
+    """Best tag ids per doc: constrained Viterbi, or argmax for the softmax head."""
+    return _inference(model, scores, constraints, lambda *a, **k: crf.viterbi(*a, **k)[0],
+                      lambda emissions: emissions.argmax(dim=-1) if emissions.numel()
+                      else emissions.new_zeros(emissions.shape[:2], dtype=torch.long))
 
 
 def marginals(
     model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
 ) -> List[Floats2d]:
     """Per-token tag posteriors [n, K] per doc (softmax for the softmax head)."""
-    if not scores:
-        return []
-    lengths = [len(s) for s in scores]
-    with torch.no_grad():
-        emissions, mask = _pad(scores)
-        if model.attrs.get("use_crf", True):
-            transitions, start, end = _crf_tensors(model.get_ref("crf"))
-            probs = crf.marginals(
-                emissions, mask, transitions, start, end,
-                constraints=torch_constraints(constraints, emissions.device),
-            )
-        else:
-            probs = torch.softmax(emissions, dim=-1)
-    probs = probs.cpu().numpy()
-    return [probs[i, :n] for i, n in enumerate(lengths)]
+    return _inference(model, scores, constraints, crf.marginals, lambda emissions: torch.softmax(emissions, dim=-1))
 
 
 def transition_scores(model: Model) -> Tuple[numpy.ndarray, Optional[numpy.ndarray], Optional[numpy.ndarray]]:

@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import srsly
 
 from .study import mean_and_spread
-from .transitions import TransitionTable
+from .transitions import TransitionTable, save_figure
 from .schemes import transition_mask
 
 HEAD_ORDER = ("softmax", "crf x1", "crf x100", "crf x1000")
@@ -162,12 +162,7 @@ def plot_multiplier_curves(records: Sequence[Dict], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     ax_val.set_ylim(-0.05, 1.05)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _heatmaps(records: Sequence[Dict], out_dir: Path) -> List[Tuple[str, str]]:

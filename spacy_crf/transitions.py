@@ -145,9 +145,16 @@ class TransitionTable:
         subtitle = f" (validity {validity:.2f})" if validity is not None else ""
         ax.set_title((title or "CRF transition scores") + subtitle)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-        fig.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        return path
+        return save_figure(fig, path)
+
+
+def save_figure(fig, path: Union[str, Path]) -> Path:
+    """Lay out, write as PNG (creating folders) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
