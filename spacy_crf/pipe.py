@@ -12,7 +12,7 @@ What it learns and writes depends on ``scheme``:
 """
 import warnings
 from itertools import islice
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 from thinc.api import Config, Model
@@ -21,6 +21,7 @@ from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.util import minibatch
 from spacy.vocab import Vocab
 
 from . import model as crf_model
@@ -65,6 +66,7 @@ UNKNOWN = -1
         "scheme": "bio",
         "spans_key": DEFAULT_SPANS_KEY,
         "constrain_training": True,
+        "max_batch_items": 4096,
         "scorer": {"@scorers": "spacy_crf.crf_scorer.v1"},
     },
     default_score_weights={
@@ -85,6 +87,7 @@ def make_crf_tagger(
     scheme: str,
     spans_key: str,
     constrain_training: bool,
+    max_batch_items: int,
     scorer: Optional[Callable],
 ) -> "CRFTagger":
     """Create a CRF tagger.
@@ -95,6 +98,12 @@ def make_crf_tagger(
     constrain_training: also apply the scheme's constraints in training, so
         that the partition function sums over well-formed paths only.
         Decoding is always constrained.
+    max_batch_items: at prediction time (``nlp.pipe``), docs of a batch are
+        sorted by length and predicted in sub-batches of at most this many
+        padded tokens, as spaCy's ``transformer`` component does. It matters
+        when the tagger embeds its own transformer (after
+        ``replace_listeners``): padding short docs to the longest one of a
+        mixed batch can cost as much as the encoder itself. 0 disables it.
     scorer: defaults to ``spacy_crf.crf_scorer.v1``, which reports
         ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
         depending on the scheme.
@@ -110,6 +119,7 @@ def make_crf_tagger(
         scheme=scheme,
         spans_key=spans_key,
         constrain_training=constrain_training,
+        max_batch_items=max_batch_items,
         scorer=scorer,
     )
 
@@ -126,6 +136,7 @@ class CRFTagger(TrainablePipe):
         scheme: str = "bio",
         spans_key: str = DEFAULT_SPANS_KEY,
         constrain_training: bool = True,
+        max_batch_items: int = 4096,
         labels: Sequence[str] = (),
         scorer: Optional[Callable] = score_crf_tagger,
     ) -> None:
@@ -138,6 +149,7 @@ class CRFTagger(TrainablePipe):
             "labels": check_labels(scheme, labels),
             "spans_key": spans_key,
             "constrain_training": constrain_training,
+            "max_batch_items": max_batch_items,
         }
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
 
@@ -182,6 +194,20 @@ class CRFTagger(TrainablePipe):
         return 1
 
     # --- prediction -----------------------------------------------------------
+
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """Annotate a stream of docs, in order, predicting length-sorted sub-batches."""
+        error_handler = self.get_error_handler()
+        max_items = self.cfg.get("max_batch_items", 4096)
+        for docs in minibatch(stream, size=batch_size):
+            docs = list(docs)
+            try:
+                for indices in batch_by_length([len(doc) for doc in docs], max_items):
+                    sub_batch = [docs[i] for i in indices]
+                    self.set_annotations(sub_batch, self.predict(sub_batch))
+                yield from docs
+            except Exception as e:
+                error_handler(self.name, self, docs, e)
 
     def predict(self, docs: Iterable[Doc]) -> List[Ints1d]:
         """Best tag ids per doc (constrained Viterbi, or argmax without a CRF)."""
@@ -326,6 +352,21 @@ class CRFTagger(TrainablePipe):
         """The learned transition, start and end scores, labelled by tag."""
         transitions, start, end = crf_model.transition_scores(self.model)
         return TransitionTable(self.tags, transitions, start, end, self.constraints)
+
+
+def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
+    """Indices of docs grouped by length (shortest first) so that a group padded to
+    its longest doc has at most ``max_items`` tokens; one group when ``max_items`` is 0.
+    A doc longer than ``max_items`` is a group of its own."""
+    if not max_items:
+        return [list(range(len(lengths)))] if len(lengths) else []
+    batches: List[List[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batches and lengths[i] * (len(batches[-1]) + 1) <= max_items:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def bmes_gold(eg: Example) -> numpy.ndarray:

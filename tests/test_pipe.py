@@ -144,6 +144,36 @@ def test_empty_whitespace_and_batch_edge_cases(ner_nlp):
     assert [d.ents for d in ner_nlp.pipe(["", ""])] == [(), ()]
 
 
+def test_batch_by_length_groups_sorted_indices_within_the_budget():
+    from spacy_crf.pipe import batch_by_length
+
+    lengths = [5, 1, 9, 1, 3, 20]
+    groups = batch_by_length(lengths, max_items=10)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [lengths[i] for g in groups for i in g]
+    assert flat == sorted(lengths)
+    for g in groups:
+        assert len(g) == 1 or max(lengths[i] for i in g) * len(g) <= 10
+    assert groups[-1] == [5]  # longer than the budget: alone
+    assert batch_by_length(lengths, 0) == [list(range(6))]
+    assert batch_by_length([], 10) == []
+
+
+@pytest.mark.parametrize("max_batch_items", [0, 6, 4096])
+def test_pipe_sub_batches_keep_order_and_predictions(ner_nlp, max_batch_items):
+    texts = ["张三去上海工作了很久", "好", "", "我在北京", "李四住广州和深圳", "x"] * 2
+    expected = [[(e.start_char, e.end_char, e.label_) for e in ner_nlp(t).ents] for t in texts]
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    before = pipe.cfg["max_batch_items"]
+    pipe.cfg["max_batch_items"] = max_batch_items
+    try:
+        docs = list(ner_nlp.pipe(texts, batch_size=5))
+    finally:
+        pipe.cfg["max_batch_items"] = before
+    assert [d.text for d in docs] == texts
+    assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs] == expected
+
+
 def test_multiprocessing(ner_nlp):
     texts = ["张三去上海", "我在北京工作", "", "李四住广州"] * 3
     single = [[(e.text, e.label_) for e in d.ents] for d in ner_nlp.pipe(texts)]
