@@ -8,7 +8,10 @@
 Each cell is a `spacy train` run of CONFIG with overrides for the encoder,
 the head (`use_crf`), the CRF multiplier and the seed; nothing else changes
 between cells of one depth. A finished run leaves OUT_DIR/runs/NAME.json and
-is skipped when the grid is run again.
+is skipped when the grid is run again with the same budget. A cell being run
+holds OUT_DIR/runs/NAME.lock, so the same command started in a second shell
+(with one torch thread each: OMP_NUM_THREADS=1) works through the rest of the
+grid in parallel instead of repeating a cell.
 """
 import platform
 import shutil
@@ -60,6 +63,7 @@ def run(
     train_limit: int = typer.Option(0, help="use the first N training docs (0 = all)"),
     dev_limit: int = typer.Option(0, help="evaluate on the first N dev docs (0 = all)"),
     word_list: Optional[Path] = typer.Option(None, help="training words (.spacy of word docs, or a word list), for OOV recall (cws)"),
+    reverse: bool = typer.Option(False, help="work through the grid from its last cell (for a second worker)"),
 ):
     encoders = dict(item.split("=", 1) for item in encoder)
     depths = sorted(encoders, key=int)
@@ -68,10 +72,11 @@ def run(
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     iv_words = load_word_set(word_list) if word_list else None
-    cells = list(_cells(depths, mult_list, seed_list))
+    cells = list(enumerate(_cells(depths, mult_list, seed_list), 1))
     msg.info(f"{task}: {len(cells)} runs, {max_steps} steps each, encoder lr {learn_rate}")
-    for i, (depth, head, multiplier, seed) in enumerate(cells, 1):
+    for i, (depth, head, multiplier, seed) in reversed(cells) if reverse else cells:
         name = f"{task}_{depth}L_{head}_x{multiplier:g}_seed{seed}"
+        where = f"[{i}/{len(cells)}] {name}"
         record_path = runs_dir / f"{name}.json"
         budget = {"steps": max_steps, "batch_chars": batch_size, "warmup_steps": warmup_steps,
                   "learn_rate": learn_rate, "train_limit": train_limit, "dev_limit": dev_limit,
@@ -79,11 +84,16 @@ def run(
         if record_path.exists():
             earlier = srsly.read_json(record_path)
             if all(earlier.get(k) == v for k, v in budget.items()):
-                msg.good(f"[{i}/{len(cells)}] {name}: done earlier with the same budget, skipped")
+                msg.good(f"{where}: done earlier with the same budget, skipped")
                 continue
-            msg.warn(f"[{i}/{len(cells)}] {name}: earlier run had another budget, running again")
-        msg.divider(f"[{i}/{len(cells)}] {name}")
-        output = out_dir / "models" / name
+            msg.warn(f"{where}: earlier run had another budget, running again")
+        lock = runs_dir / f"{name}.lock"
+        try:
+            lock.touch(exist_ok=False)
+        except FileExistsError:
+            msg.warn(f"{where}: taken by another worker ({lock} exists; delete it if no other run of this grid is alive)")
+            continue
+        msg.divider(where)
         overrides = {
             "paths.train": str(train_path),
             "paths.dev": str(dev_path),
@@ -107,32 +117,43 @@ def run(
             # their initial values. Decoding stays constrained.
             f"components.{component}.constrain_training": False,
         }
-        start = time.time()
-        spacy_train(config, output, overrides=overrides, use_gpu=gpu_id)
-        seconds = time.time() - start
-        nlp = spacy.load(output / "model-last")
-        dev_docs = list(DocBin().from_disk(dev_path).get_docs(nlp.vocab))
-        if dev_limit:
-            dev_docs = dev_docs[:dev_limit]
-        examples = [Example(nlp.make_doc(d.text), d) for d in dev_docs]
-        scored = nlp.evaluate(examples)
-        record = record_run(nlp, component, dev_docs, scored)
-        if task == "cws":
-            predicted = [Example(nlp(d.text), d) for d in dev_docs]
-            words = score_words(predicted, iv_words=iv_words)
-            f1, oov = words["words_f"], words.get("words_oov_recall")
-        else:
-            f1, oov = scored["ents_f"], None
-        scheme = nlp.get_pipe(component).cfg["scheme"]
+        try:
+            record = _train_and_record(config, out_dir / "models" / name, overrides, gpu_id, component, task,
+                                       dev_path, dev_limit, iv_words)
+        finally:
+            lock.unlink()
         record.update(budget)
-        record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed,
-                      scheme=scheme, constrain_training=False, f1=f1, oov_recall=oov, train_seconds=round(seconds, 1),
-                      hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
+        record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed)
         srsly.write_json(record_path, record)
-        shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
         validity = record.get("validity")
-        msg.good(f"{name}: F1 {f1 * 100:.2f}" + (f", validity {validity:.2f}" if validity is not None else "")
-                 + f", {seconds:.0f}s")
+        msg.good(f"{name}: F1 {record['f1'] * 100:.2f}" + (f", validity {validity:.2f}" if validity is not None else "")
+                 + f", {record['train_seconds']:.0f}s")
+
+
+def _train_and_record(config: Path, output: Path, overrides: dict, gpu_id: int, component: str, task: str,
+                      dev_path: Path, dev_limit: int, iv_words) -> dict:
+    """Train one cell, score it on dev and describe its CRF; the weights are deleted."""
+    start = time.time()
+    spacy_train(config, output, overrides=overrides, use_gpu=gpu_id)
+    seconds = time.time() - start
+    nlp = spacy.load(output / "model-last")
+    dev_docs = list(DocBin().from_disk(dev_path).get_docs(nlp.vocab))
+    if dev_limit:
+        dev_docs = dev_docs[:dev_limit]
+    examples = [Example(nlp.make_doc(d.text), d) for d in dev_docs]
+    scored = nlp.evaluate(examples)
+    record = record_run(nlp, component, dev_docs, scored)
+    if task == "cws":
+        predicted = [Example(nlp(d.text), d) for d in dev_docs]
+        words = score_words(predicted, iv_words=iv_words)
+        f1, oov = words["words_f"], words.get("words_oov_recall")
+    else:
+        f1, oov = scored["ents_f"], None
+    record.update(scheme=nlp.get_pipe(component).cfg["scheme"], constrain_training=False, f1=f1,
+                  oov_recall=oov, train_seconds=round(seconds, 1),
+                  hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
+    shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
+    return record
 
 
 @app.command("report")
