@@ -1,7 +1,7 @@
-"""Throughput of a whole pipeline (e.g. the assembled zh_crf_pipeline) with nlp.pipe.
+"""Throughput of a whole pipeline (e.g. the packaged zh_crf_pipeline) with nlp.pipe.
 
-    python scripts/bench_pipeline.py project/pipeline project/corpus/sxu/dev.spacy project/corpus/msra/dev.spacy
-    python scripts/bench_pipeline.py zh_crf_pipeline DEV.spacy --limit 1000 --batch-sizes 32,128 --n-process 1,2
+    python -m spacy_crf.speed project/pipeline project/corpus/sxu/dev.spacy project/corpus/msra/dev.spacy
+    python -m spacy_crf.speed zh_crf_pipeline DEV.spacy --limit 1000 --batch-sizes 32,128 --n-process 1,2 --output speed.json
 
 Texts are the raw texts of the docs in the given ``.spacy`` files (the first
 ``--limit`` of each), in file order, as a user would feed them. Every setting
@@ -11,15 +11,20 @@ shows where the time goes: each component is timed on the docs the previous
 ones produced, with the same batch size.
 """
 import argparse
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Dict, List
 
+import srsly
 import spacy
 from spacy.language import Language
 from spacy.tokens import DocBin
 from spacy.util import minibatch
 from wasabi import msg
+
+from .evaluate import hardware
 
 
 def load_texts(paths: List[str], limit: int) -> List[str]:
@@ -68,25 +73,37 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="32,128")
     parser.add_argument("--n-process", default="1,2")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output", default="", help="write the figures to this JSON file")
     args = parser.parse_args()
+    # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     nlp = spacy.load(args.pipeline)
     texts = load_texts(args.data, args.limit)
     n_chars = sum(map(len, texts))
     msg.info(f"{args.pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
              f"(mean {n_chars / max(len(texts), 1):.1f} per text)")
-    rows = []
+    runs = []
     for n_process in [int(n) for n in args.n_process.split(",")]:
         for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
             rate = chars_per_second(nlp, texts, batch_size, n_process, args.repeats)
-            rows.append((n_process, batch_size, f"{rate:,.0f}"))
+            runs.append({"n_process": n_process, "batch_size": batch_size, "chars_per_s": round(rate, 1)})
             msg.text(f"n_process={n_process} batch_size={batch_size}: {rate:,.0f} chars/s")
-    msg.table(rows, header=("n_process", "batch_size", "chars/s"), divider=True)
+    msg.table([(r["n_process"], r["batch_size"], f"{r['chars_per_s']:,.0f}") for r in runs],
+              header=("n_process", "batch_size", "chars/s"), divider=True)
     batch_size = int(args.batch_sizes.split(",")[-1])
     seconds = component_seconds(nlp, texts, batch_size)
     total = sum(seconds.values())
     msg.table([(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
               header=("component", "s per 1k chars", "share"), divider=True)
+    if args.output:
+        srsly.write_json(args.output, {
+            "pipeline": args.pipeline, "components": nlp.pipe_names, "data": args.data, "texts": len(texts),
+            "chars": n_chars, "repeats": args.repeats, "runs": runs,
+            "seconds_per_1k_chars": {name: round(s / n_chars * 1000, 4) for name, s in seconds.items()},
+            "hardware": hardware(),
+        })
+        msg.good(f"Wrote {args.output}")
 
 
 if __name__ == "__main__":
