@@ -1,39 +1,45 @@
-"""Assemble one Chinese pipeline from a trained segmenter and a trained NER model.
+"""Assemble one Chinese pipeline from trained CRF taggers.
 
-``python -m spacy_crf.assemble CWS_MODEL NER_MODEL OUTPUT_DIR [--name crf_pipeline]``
+    python -m spacy_crf.assemble JOINT_MODEL OUTPUT_DIR [--name crf_pipeline]
+    python -m spacy_crf.assemble CWS_MODEL OUTPUT_DIR --ner NER_MODEL
 
-The two models are trained separately, each fine-tuning its own copy of the
-encoder through a ``TransformerListener``. Sharing one transformer between
-them would give the NER tagger features it was not trained on, so:
+The result is ``transformer -> segmenter -> crf_ner -> merge_words``:
+``transformer`` + ``segmenter`` write the predicted words to
+``doc.spans["words"]`` on character tokens, ``crf_ner`` writes ``doc.ents``
+on the same character tokens, and ``crf_merge_words`` finally turns words
+into tokens, splitting a word where an entity boundary falls inside it so
+that no entity is lost or altered.
 
-* the segmentation model keeps its ``transformer`` component, and its
-  ``crf_tagger`` keeps listening to it;
-* in the NER model, ``replace_listeners`` copies the NER transformer *into*
-  the NER ``crf_tagger`` (the tagger then owns its encoder and needs no
-  upstream component);
-* the result is ``transformer -> segmenter -> crf_ner -> merge_words``:
-  ``transformer`` + ``segmenter`` write the predicted words to
-  ``doc.spans["words"]`` on character tokens, ``crf_ner`` writes
-  ``doc.ents`` on the same character tokens (with its own encoder copy), and
-  ``crf_merge_words`` finally turns words into tokens, splitting a word where
-  an entity boundary falls inside it so that no entity is lost or altered.
+* **Joint model** (``configs/joint.cfg``): one transformer was trained for
+  both taggers, so both keep listening to it and the pipeline runs one
+  encoder.
+* **Separate models** (``--ner``): each fine-tuned its own copy of the
+  encoder. Sharing the segmentation transformer would give the NER tagger
+  features it was not trained on, so ``replace_listeners`` copies the NER
+  transformer *into* the NER ``crf_tagger``, which then owns its encoder:
+  two encoders run, at about half the speed.
 """
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 import spacy
 import typer
 from spacy.language import Language
 
 
-def _find(nlp: Language, factory: str, name: Optional[str], what: str) -> str:
+def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: str) -> str:
+    """The ``crf_tagger`` of ``nlp`` with one of ``schemes`` (or the one named ``name``)."""
     if name:
         if name not in nlp.pipe_names:
             raise ValueError(f"{what}: no component {name!r} in {nlp.pipe_names}")
-        return name
-    found = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == factory]
+        found = [name]
+    else:
+        found = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_tagger"
+                 and nlp.get_pipe(n).cfg.get("scheme") in schemes]
     if len(found) != 1:
-        raise ValueError(f"{what}: expected one {factory!r} component, found {found}")
+        raise ValueError(f"{what}: expected one crf_tagger with scheme {' or '.join(schemes)}, found {found}")
+    if nlp.get_pipe(found[0]).cfg.get("scheme") not in schemes:
+        raise ValueError(f"{what}: component {found[0]!r} is not a crf_tagger with scheme {' or '.join(schemes)}")
     return found[0]
 
 
@@ -47,16 +53,20 @@ def _owns_listeners(nlp: Language, component: str) -> None:
                 nlp.replace_listeners(name, component, ["model.tok2vec"])
 
 
-def assemble(cws_model: Path, ner_model: Path, *, name: str = "crf_pipeline", version: str = "0.1.0",
-             segmenter: Optional[str] = None, ner: Optional[str] = None) -> Language:
-    """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs)."""
+def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "crf_pipeline",
+             version: str = "0.1.0", segmenter: Optional[str] = None, ner: Optional[str] = None) -> Language:
+    """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs).
+
+    cws_model: a joint model (segmenter + NER tagger on one transformer), or
+        the segmentation model when ``ner_model`` is given.
+    ner_model: a separately trained NER model; its encoder is copied into its tagger.
+    """
     cws_nlp = spacy.load(cws_model)
-    ner_nlp = spacy.load(ner_model)
-    seg_name = _find(cws_nlp, "crf_tagger", segmenter, str(cws_model))
-    ner_name = _find(ner_nlp, "crf_tagger", ner, str(ner_model))
-    if cws_nlp.get_pipe(seg_name).cfg.get("scheme") != "bmes":
-        raise ValueError(f"{cws_model}: component {seg_name!r} is not a bmes segmenter")
-    _owns_listeners(ner_nlp, ner_name)
+    ner_nlp = spacy.load(ner_model) if ner_model is not None else cws_nlp
+    seg_name = _find(cws_nlp, ("bmes",), segmenter, str(cws_model))
+    ner_name = _find(ner_nlp, ("bio", "bioes"), ner, str(ner_model or cws_model))
+    if ner_model is not None:
+        _owns_listeners(ner_nlp, ner_name)
 
     nlp = spacy.blank("zh", config={"nlp": {"tokenizer": dict(cws_nlp.config["nlp"]["tokenizer"])}})
     trf = [n for n in cws_nlp.pipe_names if cws_nlp.get_pipe_meta(n).factory == "transformer"]
@@ -71,7 +81,8 @@ def assemble(cws_model: Path, ner_model: Path, *, name: str = "crf_pipeline", ve
         "version": version,
         "description": "Chinese word segmentation and NER with linear-chain CRFs over transformer "
                        "features (spacy-crf); tokens are the predicted words, doc.ents the entities",
-        "sources": [{"name": "segmenter", "path": str(cws_model)}, {"name": "crf_ner", "path": str(ner_model)}],
+        "sources": [{"name": "segmenter", "path": str(cws_model)},
+                    {"name": "crf_ner", "path": str(ner_model or cws_model)}],
         "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
         "performance": {},
     })
@@ -79,14 +90,14 @@ def assemble(cws_model: Path, ner_model: Path, *, name: str = "crf_pipeline", ve
 
 
 def assemble_cli(
-    cws_model: Path = typer.Argument(..., exists=True, help="Trained segmentation pipeline"),
-    ner_model: Path = typer.Argument(..., exists=True, help="Trained NER pipeline"),
+    model: Path = typer.Argument(..., exists=True, help="Joint model (segmenter + NER), or the segmentation model with --ner"),
     output: Path = typer.Argument(..., help="Directory to write the assembled pipeline to"),
+    ner_model: Optional[Path] = typer.Option(None, "--ner", exists=True, help="A separately trained NER model"),
     name: str = typer.Option("crf_pipeline", "--name", help="Pipeline name (package: zh_NAME)"),
     version: str = typer.Option("0.1.0", "--version", help="Pipeline version"),
 ) -> None:
-    """Source the segmenter and the NER tagger into one pipeline and save it."""
-    nlp = assemble(cws_model, ner_model, name=name, version=version)
+    """Put the segmenter and the NER tagger into one pipeline and save it."""
+    nlp = assemble(model, ner_model, name=name, version=version)
     nlp.to_disk(output)
     texts = ["张三在北京大学工作。"]
     doc = nlp(texts[0])

@@ -61,6 +61,8 @@ from spacy.training import Corpus, Example
 from spacy.vocab import Vocab
 from wasabi import msg
 
+from .scorers import NO_GOLD_WORDS
+
 PathLike = Union[str, Path]
 
 #: Sentence-final punctuation: preferred places to split a long doc.
@@ -936,3 +938,63 @@ def create_char_corpus_reader(
             "gold words, which gives the word segmenter the answer; set gold_preproc = false"
         )
     return CharCorpus(path, max_length=max_length, limit=limit)
+
+
+class JointCorpus:
+    """Word-segmentation docs and NER docs in one stream, for one transformer
+    shared by a segmenter and an NER tagger (multi-task training).
+
+    Each side keeps the other task's annotation *missing* rather than
+    wrong: CWS docs have no entity annotation (``ENT_IOB`` unset, so the NER
+    tagger's gold is unknown and spaCy's NER scorer skips them), and NER docs
+    are marked with :data:`~spacy_crf.scorers.NO_GOLD_WORDS` (their character
+    tokens are not words, so the segmenter's gold is unknown and word scores
+    skip them).
+
+    With ``balance`` (training), each pass yields as many examples of each
+    task as the larger side has, cycling through the smaller one, so that
+    both tasks get the same number of docs per step whatever the corpus sizes.
+    Without it (dev), every doc is yielded once.
+    """
+
+    def __init__(self, words_path: PathLike, ents_path: PathLike, *, max_length: int = 0,
+                 limit: int = 0, balance: bool = True) -> None:
+        self.words = CharCorpus(words_path, max_length=max_length, limit=limit)
+        self.ents = CharCorpus(ents_path, max_length=max_length, limit=limit)
+        self.balance = balance
+
+    def __call__(self, nlp: Language) -> Iterator[Example]:
+        words = list(self.words(nlp))
+        ents = []
+        for eg in self.ents(nlp):
+            eg.reference.user_data[NO_GOLD_WORDS] = True
+            ents.append(eg)
+        for side, examples in (("words", words), ("ents", ents)):
+            if not examples:
+                raise ValueError(f"spacy_crf.JointCorpus.v1: the {side} corpus {getattr(self, side).path} has no docs")
+        if not self.balance:
+            yield from words
+            yield from ents
+            return
+        for i in range(max(len(words), len(ents))):
+            # a repeated example is a copy: training writes into predicted docs
+            yield words[i] if i < len(words) else words[i % len(words)].copy()
+            yield ents[i] if i < len(ents) else ents[i % len(ents)].copy()
+
+
+@spacy.registry.readers("spacy_crf.JointCorpus.v1")
+def create_joint_corpus_reader(
+    words: Optional[Path], ents: Optional[Path], max_length: int = 0, limit: int = 0, balance: bool = True
+) -> Callable[[Language], Iterable[Example]]:
+    """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)
+    for joint training of a segmenter and an NER tagger (see :class:`JointCorpus`).
+
+    words: docs whose tokens are the gold words (e.g. SXU).
+    ents: docs with gold entities on character tokens (e.g. MSRA).
+    max_length: split reference docs longer than this many characters (0: no limit).
+    limit: read at most this many docs from each file (0: all).
+    balance: cycle the smaller corpus so that both give as many examples (training).
+    """
+    if words is None or ents is None:
+        raise ValueError("spacy_crf.JointCorpus.v1 needs both a words path and an ents path")
+    return JointCorpus(words, ents, max_length=max_length, limit=limit, balance=balance)

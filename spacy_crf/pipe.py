@@ -34,7 +34,7 @@ from .schemes import (
     tags_to_spans,
     transition_mask,
 )
-from .scorers import DEFAULT_SPANS_KEY, score_crf_tagger
+from .scorers import DEFAULT_SPANS_KEY, has_gold_words, score_crf_tagger
 from .transitions import TransitionTable
 
 DEFAULT_MODEL_CONFIG = """
@@ -375,8 +375,11 @@ def bmes_gold(eg: Example) -> numpy.ndarray:
     A predicted token gets a tag when the alignment maps it into exactly one
     reference word; its position inside that word (by character offsets)
     gives B, M, E or S. Whitespace and tokens spanning several words are
-    unknown (-1), which the CRF marginalises over.
+    unknown (-1), which the CRF marginalises over; so is every token of a
+    reference marked as having no gold words (an NER doc in joint training).
     """
+    if not has_gold_words(eg.reference):
+        return numpy.full(len(eg.predicted), UNKNOWN, dtype="int64")
     x2y = eg.alignment.x2y
     lengths, flat = x2y.lengths, x2y.data
     offsets = numpy.concatenate([[0], numpy.cumsum(lengths)[:-1]]) if len(lengths) else lengths

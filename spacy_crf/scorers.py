@@ -14,6 +14,15 @@ from spacy.training import Example
 from spacy.util import registry
 
 DEFAULT_SPANS_KEY = "words"
+# Set in a reference doc's user_data by spacy_crf.JointCorpus.v1 when its tokens
+# are not gold words (an NER doc, tokenized into characters): the segmenter
+# learns nothing from it and word scores skip it.
+NO_GOLD_WORDS = "spacy_crf.no_gold_words"
+
+
+def has_gold_words(doc: Doc) -> bool:
+    """Whether the tokens of this reference doc are its gold words."""
+    return not doc.user_data.get(NO_GOLD_WORDS, False)
 
 
 def predicted_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
@@ -42,10 +51,14 @@ def score_words(
 
     With ``iv_words`` (the training word list), also ``words_oov_recall`` and
     ``words_iv_recall``: recall of reference words outside / inside the list.
+    Reference docs marked as having no gold words (:data:`NO_GOLD_WORDS`) are
+    skipped, as spaCy's NER scorer skips docs without entity annotation.
     """
     prf = PRFScore()
     oov_found = oov_total = iv_found = iv_total = 0
     for eg in examples:
+        if not has_gold_words(eg.reference):
+            continue
         gold = reference_words(eg.reference)
         pred = predicted_words(eg.predicted, spans_key)
         prf.tp += len(gold & pred)

