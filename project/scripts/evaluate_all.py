@@ -4,12 +4,13 @@
 
 Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
 
-* CWS (``ROOT/training/cws`` = CRF, ``ROOT/training/cws_softmax`` = spaCy
+* CWS (``ROOT/training/joint`` = CRF segmenter + NER on one encoder,
+  ``ROOT/training/cws`` = single-task CRF, ``ROOT/training/cws_softmax`` = spaCy
   ``tagger`` on BMES tags) on SXU (test, or dev when the test file is held
   back) with the SXU training words as the OOV dictionary, and on the PKU and
   MSR SIGHAN 2005 gold files (cross-corpus) with their training word lists;
-* NER (``ROOT/training/ner`` = CRF, ``ROOT/training/ner_softmax`` = spaCy
-  ``ner``) on MSRA (test, or dev).
+* NER (``ROOT/training/joint``, ``ROOT/training/ner`` = single-task CRF,
+  ``ROOT/training/ner_softmax`` = spaCy ``ner``) on MSRA (test, or dev).
 
 Writes one JSON per score to ``ROOT/metrics/`` and the table
 ``ROOT/metrics/summary.md``; ``--readme`` also puts the table into that
@@ -23,8 +24,11 @@ from pathlib import Path
 import srsly
 from spacy_crf.evaluate import evaluate
 
-MODELS = {"cws": [("CRF", "cws"), ("softmax (spaCy tagger)", "cws_softmax")],
-          "ner": [("CRF", "ner"), ("softmax (spaCy ner)", "ner_softmax")]}
+# (label, training dir); a model that was not trained is skipped. "joint" is the
+# default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are
+# the single-task CRF models of the train-cws / train-ner commands.
+MODELS = {"cws": [("CRF, joint", "joint"), ("CRF, single-task", "cws"), ("softmax (spaCy tagger)", "cws_softmax")],
+          "ner": [("CRF, joint", "joint"), ("CRF, single-task", "ner"), ("softmax (spaCy ner)", "ner_softmax")]}
 
 
 def pct(x):
