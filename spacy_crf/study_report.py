@@ -203,7 +203,7 @@ def write_report(records: Sequence[Dict], out_dir: Path, budget: str = "", comma
         "",
     ]
     if budget:
-        lines += [f"**Budget (identical in every cell):** {budget}", ""]
+        lines += [f"**Budget (identical in every cell of a task and depth):** {budget}", ""]
     if command:
         lines += [f"Reproduce: `{command}`", ""]
     seeds = sorted({r["seed"] for r in records})

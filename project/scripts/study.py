@@ -64,6 +64,7 @@ def run(
     dev_limit: int = typer.Option(0, help="evaluate on the first N dev docs (0 = all)"),
     word_list: Optional[Path] = typer.Option(None, help="training words (.spacy of word docs, or a word list), for OOV recall (cws)"),
     reverse: bool = typer.Option(False, help="work through the grid from its last cell (for a second worker)"),
+    depth_steps: List[str] = typer.Option([], help="DEPTH=STEPS:WARMUP, a budget of its own for one depth"),
 ):
     encoders = dict(item.split("=", 1) for item in encoder)
     depths = sorted(encoders, key=int)
@@ -72,13 +73,22 @@ def run(
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     iv_words = load_word_set(word_list) if word_list else None
+    schedules = {depth: (max_steps, warmup_steps) for depth in depths}
+    for item in depth_steps:
+        depth, _, steps = item.partition("=")
+        if depth not in schedules:
+            raise typer.BadParameter(f"--depth-steps {item}: no encoder of depth {depth}")
+        steps, _, warmup = steps.partition(":")
+        schedules[depth] = (int(steps), int(warmup or round(warmup_steps * int(steps) / max_steps)))
     cells = list(enumerate(_cells(depths, mult_list, seed_list), 1))
-    msg.info(f"{task}: {len(cells)} runs, {max_steps} steps each, encoder lr {learn_rate}")
+    msg.info(f"{task}: {len(cells)} runs, encoder lr {learn_rate}, steps (warmup) by depth: "
+             + ", ".join(f"{d}L {s} ({w})" for d, (s, w) in schedules.items()))
     for i, (depth, head, multiplier, seed) in reversed(cells) if reverse else cells:
         name = f"{task}_{depth}L_{head}_x{multiplier:g}_seed{seed}"
         where = f"[{i}/{len(cells)}] {name}"
         record_path = runs_dir / f"{name}.json"
-        budget = {"steps": max_steps, "batch_chars": batch_size, "warmup_steps": warmup_steps,
+        steps, warmup = schedules[depth]
+        budget = {"steps": steps, "batch_chars": batch_size, "warmup_steps": warmup,
                   "learn_rate": learn_rate, "train_limit": train_limit, "dev_limit": dev_limit,
                   "encoder": encoders[depth]}
         if record_path.exists():
@@ -100,12 +110,12 @@ def run(
             "paths.encoder": encoders[depth],
             "system.seed": seed,
             "training.seed": seed,
-            "training.max_steps": max_steps,
+            "training.max_steps": steps,
             "training.max_epochs": 0,
-            "training.eval_frequency": eval_frequency,
+            "training.eval_frequency": min(eval_frequency, steps),
             "training.patience": 0,
             "training.optimizer.learn_rate.initial_rate": learn_rate,
-            "training.optimizer.learn_rate.warmup_steps": warmup_steps,
+            "training.optimizer.learn_rate.warmup_steps": warmup,
             "training.batcher.size": batch_size,
             "training.optimizer.crf_lr_multiplier": multiplier,
             "corpora.train.limit": train_limit,
