@@ -6,7 +6,7 @@ layers), ``head`` ("softmax" or "crf"), ``multiplier`` and ``seed``, plus
 ``f1`` (the task's main dev score), optionally ``oov_recall`` and
 ``train_seconds``. Output: ``README.md`` beside the PNGs it refers to.
 """
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -72,6 +72,18 @@ def _gain(a: List[Dict], b: List[Dict], key: str = "f1") -> Tuple[float, float]:
     return (_mean(a, key) or 0.0) - (_mean(b, key) or 0.0), max(_spread(a, key), _spread(b, key))
 
 
+def common_violations(records: Sequence[Dict], most: int = 3) -> List[Tuple[Tuple[str, str, str], int]]:
+    """The (state, impossible next, possible next) triples ranked wrong most
+    often over ``records`` (runs with a transition matrix), with their counts."""
+    counts: Counter = Counter()
+    for r in records:
+        t = r.get("transitions")
+        if t:
+            table = TransitionTable.from_dict(t, transition_mask(r.get("scheme", "bmes"), t["tags"]))
+            counts.update(set(table.violations()))
+    return counts.most_common(most)
+
+
 def _fmt(value: Optional[float], scale: float = 100.0) -> str:
     return "n/a" if value is None else f"{value * scale:.1f}"
 
@@ -124,10 +136,15 @@ def reading(records: Sequence[Dict]) -> List[str]:
             if high:
                 ok = all(v == 1.0 for _, v in high)
                 values = ", ".join(f"x{m}: {v:.2f}" for m, v in high)
-                out.append(
-                    f"- **Claim 2 ({task}, {_layers(depth)}): {'held' if ok else 'did not hold'}.** "
-                    f"Validity (1.0 = every impossible move below every possible one) {values}."
-                )
+                line = (f"- **Claim 2 ({task}, {_layers(depth)}): {'held' if ok else 'did not hold'}.** "
+                        f"Validity (1.0 = every impossible move below every possible one) {values}.")
+                top_m = high[-1][0]
+                runs = g(f"crf x{top_m}", depth)
+                worst = common_violations(runs)
+                if worst:
+                    line += (f" Ranked wrong most often at x{top_m} (runs of {len(runs)}): "
+                             + ", ".join(f"{s}→{bad} ≥ {s}→{good} ({n})" for (s, bad, good), n in worst) + ".")
+                out.append(line)
         soft_s = _mean(g("softmax", shallow), "f1")
         crf1_s = _mean(g("crf x1", shallow), "f1")
         best_m, best_f = None, None

@@ -7,7 +7,7 @@ state every forbidden move scores below every allowed one; about 0.5 means
 the CRF learned nothing about the scheme's structure.
 """
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
@@ -66,24 +66,39 @@ class TransitionTable:
             return float(self.end[self.tags.index(prev)])
         return float(self.transitions[self.tags.index(prev), self.tags.index(nxt)])
 
+    def _ranked_rows(self):
+        """(state label, scores, allowed mask) per state; start first."""
+        if self.allowed is None:
+            raise ValueError("validity needs the scheme's allowed transitions.")
+        yield START_ROW, self.start, self.allowed.start
+        for i, tag in enumerate(self.tags):
+            yield tag, self.transitions[i], self.allowed.transitions[i]
+
     def validity(self) -> Optional[float]:
         """Share of (state, impossible next, possible next) triples ranked right.
 
         Start (as a state) is included when the scheme restricts first tags.
         None when the scheme forbids nothing (e.g. "tag").
         """
-        if self.allowed is None:
-            raise ValueError("validity needs the scheme's allowed transitions.")
-        rows = [(self.start, self.allowed.start)]
-        rows += [(self.transitions[i], self.allowed.transitions[i]) for i in range(len(self.tags))]
         good = total = 0
-        for scores, ok in rows:
+        for _, scores, ok in self._ranked_rows():
             possible, impossible = scores[ok], scores[~ok]
             if len(possible) and len(impossible):
                 cmp = impossible[:, None] < possible[None, :]
                 good += int(cmp.sum())
                 total += cmp.size
         return good / total if total else None
+
+    def violations(self) -> List[Tuple[str, str, str]]:
+        """The (state, impossible next, possible next) triples ranked wrong:
+        the impossible move scores at least as high as the possible one."""
+        found = []
+        for state, scores, ok in self._ranked_rows():
+            for j in numpy.flatnonzero(~ok):
+                for k in numpy.flatnonzero(ok):
+                    if scores[j] >= scores[k]:
+                        found.append((state, self.tags[j], self.tags[k]))
+        return found
 
     def to_dict(self) -> Dict[str, object]:
         out: Dict[str, object] = {

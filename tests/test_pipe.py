@@ -237,6 +237,24 @@ def test_transition_table_and_heatmap(ner_nlp, tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_validity_and_violations_by_hand():
+    from spacy_crf.schemes import transition_mask
+    from spacy_crf.transitions import TransitionTable
+
+    tags = ["B", "M", "E", "S"]
+    allowed = transition_mask("bmes", tags)
+    # possible moves score 1, impossible ones -1; start: B, S possible
+    transitions = numpy.where(allowed.transitions, 1.0, -1.0)
+    start = numpy.where(allowed.start, 1.0, -1.0)
+    table = TransitionTable(tags, transitions, start, numpy.zeros(4), allowed)
+    assert table.validity() == 1.0 and table.violations() == []
+    transitions[3, 2] = 1.0  # S -> E as high as S -> B and S -> S
+    table = TransitionTable(tags, transitions, start, numpy.zeros(4), allowed)
+    assert sorted(table.violations()) == [("S", "E", "B"), ("S", "E", "S")]
+    total = 2 * 2 + sum(int((~row).sum()) * int(row.sum()) for row in allowed.transitions)
+    assert table.validity() == pytest.approx(1 - 2 / total)
+
+
 def test_decoded_sequences_respect_the_scheme(ner_nlp):
     pipe = ner_nlp.get_pipe("crf_tagger")
     docs = [ner_nlp.make_doc(t) for t in ["去去去上上", "海海张张三李", "我"]]

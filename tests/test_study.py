@@ -144,6 +144,10 @@ def test_study_report(tmp_path):
     # a claim that fails is reported as such
     worse = [dict(r, f1=0.7) if r["head"] == "crf" and r["depth"] == 1 else r for r in records]
     assert any("Claim 3 (cws, 1 layer): did not hold" in line for line in reading(worse))
+    # a claim-2 failure names the moves ranked wrong (the fake matrices are random)
+    invalid = [dict(r, validity=0.9) if r["head"] == "crf" and r["multiplier"] == 1000 else r for r in records]
+    line = next(line for line in reading(invalid) if "Claim 2 (cws, 12 layers)" in line)
+    assert "did not hold" in line and "Ranked wrong most often at x1000 (runs of 2)" in line
     # a gain no larger than the spread over seeds does not count
     noisy = [dict(r, f1=0.861 + 0.02 * r["seed"]) if r["head"] == "crf" and r["multiplier"] == 1000
              and r["depth"] == 1 else dict(r, f1=0.86 + 0.02 * r["seed"]) if r["head"] == "crf" and r["depth"] == 1
