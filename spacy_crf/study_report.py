@@ -257,7 +257,11 @@ def write_report(records: Sequence[Dict], out_dir: Path, budget: str = "", comma
                   results_table(crf, "transition_emission_ratio", scale=1.0, digits=3), ""]
     if any(r.get("train_seconds") for r in records):
         lines += ["## Train time (s)", "", results_table(records, "train_seconds", scale=1.0, digits=0), ""]
-    lines += ["## Reading", ""] + (reading(records) or ["- Not enough runs for a reading."]) + [""]
+    lines += ["## Reading", "",
+              "Generated from the tables above. Every cell is a short run (see the budget), far from a converged "
+              "fine-tuning: the claims speak of encoders fine-tuned to convergence, so a verdict here holds "
+              "for this budget only.", ""]
+    lines += (reading(records) or ["- Not enough runs for a reading."]) + [""]
     try:
         plot_multiplier_curves(records, out_dir / "multiplier_curves.png")
         lines += ["## F1 and validity against the multiplier", "", "![F1 and validity](multiplier_curves.png)", ""]
