@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 CHECK = r'''
+import os
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # n_process=2 forks after tokenizing
 import importlib.metadata as md, spacy
 from packaging.requirements import Requirement
 reqs = md.requires("zh_crf_pipeline") or []
