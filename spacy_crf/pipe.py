@@ -357,7 +357,11 @@ class CRFTagger(TrainablePipe):
 def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
     """Indices of docs grouped by length (shortest first) so that a group padded to
     its longest doc has at most ``max_items`` tokens; one group when ``max_items`` is 0.
-    A doc longer than ``max_items`` is a group of its own."""
+    A doc longer than ``max_items`` is a group of its own.
+
+    The grouping of ``spacy_transformers.util.batch_by_length``, which is not
+    imported here: that module loads ``transformers`` on import, a cost every
+    pipeline with a ``crf_tagger`` would pay at start-up, transformer or not."""
     if not max_items:
         return [list(range(len(lengths)))] if len(lengths) else []
     batches: List[List[int]] = []

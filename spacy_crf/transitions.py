@@ -66,13 +66,18 @@ class TransitionTable:
             return float(self.end[self.tags.index(prev)])
         return float(self.transitions[self.tags.index(prev), self.tags.index(nxt)])
 
-    def _ranked_rows(self):
-        """(state label, scores, allowed mask) per state; start first."""
+    def _rankings(self):
+        """Per state (start first): the state's label, the indices of its
+        impossible and possible next tags, and the matrix ``right`` with
+        ``right[a, b]`` true where impossible tag a scores below possible tag b."""
         if self.allowed is None:
             raise ValueError("validity needs the scheme's allowed transitions.")
-        yield START_ROW, self.start, self.allowed.start
-        for i, tag in enumerate(self.tags):
-            yield tag, self.transitions[i], self.allowed.transitions[i]
+        rows = [(START_ROW, self.start, self.allowed.start)]
+        rows += [(tag, self.transitions[i], self.allowed.transitions[i]) for i, tag in enumerate(self.tags)]
+        for state, scores, ok in rows:
+            impossible, possible = numpy.flatnonzero(~ok), numpy.flatnonzero(ok)
+            if len(impossible) and len(possible):
+                yield state, impossible, possible, scores[impossible][:, None] < scores[possible][None, :]
 
     def validity(self) -> Optional[float]:
         """Share of (state, impossible next, possible next) triples ranked right.
@@ -81,24 +86,17 @@ class TransitionTable:
         None when the scheme forbids nothing (e.g. "tag").
         """
         good = total = 0
-        for _, scores, ok in self._ranked_rows():
-            possible, impossible = scores[ok], scores[~ok]
-            if len(possible) and len(impossible):
-                cmp = impossible[:, None] < possible[None, :]
-                good += int(cmp.sum())
-                total += cmp.size
+        for _, _, _, right in self._rankings():
+            good += int(right.sum())
+            total += right.size
         return good / total if total else None
 
     def violations(self) -> List[Tuple[str, str, str]]:
         """The (state, impossible next, possible next) triples ranked wrong:
         the impossible move scores at least as high as the possible one."""
-        found = []
-        for state, scores, ok in self._ranked_rows():
-            for j in numpy.flatnonzero(~ok):
-                for k in numpy.flatnonzero(ok):
-                    if scores[j] >= scores[k]:
-                        found.append((state, self.tags[j], self.tags[k]))
-        return found
+        return [(state, self.tags[impossible[a]], self.tags[possible[b]])
+                for state, impossible, possible, right in self._rankings()
+                for a, b in zip(*numpy.nonzero(~right))]
 
     def to_dict(self) -> Dict[str, object]:
         out: Dict[str, object] = {
