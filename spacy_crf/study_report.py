@@ -80,7 +80,7 @@ def common_violations(records: Sequence[Dict], most: int = 3) -> List[Tuple[Tupl
         t = r.get("transitions")
         if t:
             table = TransitionTable.from_dict(t, transition_mask(r.get("scheme", "bmes"), t["tags"]))
-            counts.update(dict.fromkeys(table.violations(), 1))
+            counts.update(set(table.violations()))  # a run counts each move once
     # ties in a fixed order, so that the report is the same on every run
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:most]
 
