@@ -103,6 +103,17 @@ class _Batch(NamedTuple):
     padded_length: int  # the caller's T, to pad results back to
 
 
+def _restrict(emissions: Tensor, tag_mask: Optional[Tensor]) -> Tensor:
+    """Score IMPOSSIBLE every tag that ``tag_mask [B, T, K]`` forbids at its position."""
+    if tag_mask is None:
+        return emissions
+    if tag_mask.shape != emissions.shape:
+        raise ValueError(
+            f"tag_mask shape {tuple(tag_mask.shape)} does not match emissions {tuple(emissions.shape)}"
+        )
+    return emissions.float().masked_fill(~tag_mask.to(device=emissions.device, dtype=torch.bool), IMPOSSIBLE)
+
+
 def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
     if emissions.dim() != 3:
         raise ValueError(f"emissions must be [B, T, K], got shape {tuple(emissions.shape)}")
@@ -269,9 +280,7 @@ def log_partition(
     Apply constraints with ``constrain`` beforehand. A row whose tag_mask (and
     constraints) leave no path gets a score around IMPOSSIBLE, finite.
     """
-    if tag_mask is not None:
-        emissions = emissions.float().masked_fill(~tag_mask.to(emissions.device), IMPOSSIBLE)
-    batch = _prepare(emissions, mask)
+    batch = _prepare(_restrict(emissions, tag_mask), mask)
     transitions, start, end = constrain(transitions, start, end, None)
     return _log_partition(batch, transitions, start, end)
 
@@ -328,17 +337,24 @@ def viterbi(
     start: Optional[Tensor] = None,
     end: Optional[Tensor] = None,
     constraints: Optional[Constraints] = None,
+    tag_mask: Optional[Tensor] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Best tag path per sequence: tags ``[B, T]`` (long, -1 at padding) and scores ``[B]``.
 
-    Constraints, when given, are always applied. The search runs without
+    Constraints, when given, are always applied. ``tag_mask``: optional bool
+    ``[B, T, K]`` of the tags allowed at each position; a position with a
+    single allowed tag is a *forced* tag (e.g. an entity set before the
+    tagger ran), and the rest of the path is decoded around it. The search
+    then returns the best path among those that respect the mask; when none
+    does (the forced tags contradict the constraints), the score is around
+    IMPOSSIBLE and the path is the least bad one. The search runs without
     autograd. When gradients are enabled and an input requires them, the
     returned score is the ``path_score`` of the decoded path (differentiable,
     e.g. for a max-margin or perceptron loss); otherwise it is the search's
     maximum. Both are the same number up to float32 rounding.
     """
     transitions, start, end = constrain(transitions, start, end, constraints)
-    batch = _prepare(emissions, mask)
+    batch = _prepare(_restrict(emissions, tag_mask), mask)
     batch_size, length, num_tags = batch.emissions.shape
     device = batch.emissions.device
     if length == 0:
@@ -453,14 +469,17 @@ def marginals(
     start: Optional[Tensor] = None,
     end: Optional[Tensor] = None,
     constraints: Optional[Constraints] = None,
+    tag_mask: Optional[Tensor] = None,
 ) -> Tensor:
     """Posterior probability of each tag at each position, ``[B, T, K]``.
 
     Explicit forward-backward in log space. Rows at padded positions are 0,
-    rows at real positions sum to 1. Constraints, when given, are applied.
+    rows at real positions sum to 1. Constraints, when given, are applied;
+    so is ``tag_mask`` (bool ``[B, T, K]``, as in ``viterbi``): forbidden
+    tags get probability 0.
     """
     transitions, start, end = constrain(transitions, start, end, constraints)
-    batch = _prepare(emissions, mask)
+    batch = _prepare(_restrict(emissions, tag_mask), mask)
     batch_size, length, num_tags = batch.emissions.shape
     result = batch.emissions.new_zeros(batch_size, batch.padded_length, num_tags)
     if length == 0:

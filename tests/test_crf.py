@@ -232,6 +232,51 @@ def test_tag_mask_partition_against_brute_force(num_tags):
                     assert got[i].item() == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("num_tags", [3, 4])
+def test_forced_tags_viterbi_and_marginals_against_brute_force(num_tags, backtrace):
+    """A tag_mask forces tags at some positions; Viterbi and the marginals
+    are then those of the paths that respect it (and the constraints)."""
+    g = torch.Generator().manual_seed(100 + num_tags)
+    transitions = torch.randn(num_tags, num_tags, generator=g)
+    start, end = torch.randn(num_tags, generator=g), torch.randn(num_tags, generator=g)
+    constraints = bmes() if num_tags == 4 else None
+    for length in range(1, 6):
+        rows = [torch.randn(n, num_tags, generator=g) * 2 for n in (length, max(1, length - 2), 0)]
+        emissions, mask = padded_batch(rows)
+        tag_mask = torch.ones(emissions.shape, dtype=torch.bool)
+        for i, row in enumerate(rows):
+            if len(row):
+                # Force a random tag at one position.
+                position = int(torch.randint(len(row), (1,), generator=g))
+                forced = int(torch.randint(num_tags, (1,), generator=g))
+                tag_mask[i, position] = False
+                tag_mask[i, position, forced] = True
+        tags, best = viterbi(emissions, mask, transitions, start, end, constraints, tag_mask=tag_mask)
+        probs = marginals(emissions, mask, transitions, start, end, constraints, tag_mask=tag_mask)
+        for i, row in enumerate(rows):
+            n = len(row)
+            paths, scores = brute_force(row, transitions, start, end, constraints, tag_mask[i, :n])
+            if n == 0:
+                assert best[i].item() == 0.0
+                continue
+            if scores.max() == float("-inf"):
+                # The forced tag contradicts the constraints: a finite, hugely negative score.
+                assert torch.isfinite(best[i]) and best[i] < IMPOSSIBLE / 2
+                continue
+            assert best[i].item() == pytest.approx(scores.max().item(), abs=1e-4)
+            decoded = tags[i, :n]
+            assert tag_mask[i, torch.arange(n), decoded].all()
+            expected = brute_marginals(paths, scores, num_tags)
+            assert torch.allclose(probs[i, :n].double(), expected, atol=1e-5)
+            assert (probs[i, :n][~tag_mask[i, :n]] == 0).all()
+
+
+def test_tag_mask_shape_is_checked():
+    emissions = torch.zeros(1, 3, 4)
+    with pytest.raises(ValueError, match="tag_mask shape"):
+        viterbi(emissions, None, torch.zeros(4, 4), tag_mask=torch.ones(1, 3, 3, dtype=torch.bool))
+
+
 @pytest.mark.parametrize("constrain_training", [False, True])
 @pytest.mark.parametrize("unknown_fraction", [0.0, 0.4, 1.0])
 def test_nll_with_unknown_labels_against_brute_force(constrain_training, unknown_fraction):
