@@ -15,6 +15,7 @@ Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
 transitions would be pulled to zero. By default the decay is *not*
 multiplied; ``scale_weight_decay = true`` restores thinc's behaviour.
 """
+import math
 import re
 from fnmatch import fnmatchcase
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -37,6 +38,24 @@ class ParamGroupError(ValueError):
     pass
 
 
+# Hyperparameters that a schedule may drive; a NaN or inf in any of them
+# silently turns every weight into NaN, so they are checked at construction
+# and after every schedule step.
+_CHECKED_SETTINGS = ("learn_rate", "L2", "grad_clip", "b1", "b2", "eps")
+
+
+def _check_finite(name: str, value: float, context: str = "") -> None:
+    try:
+        finite = math.isfinite(float(value))
+    except (TypeError, ValueError):
+        raise ParamGroupError(f"{name} must be a number, got {value!r}{context}.") from None
+    if not finite:
+        raise ParamGroupError(
+            f"{name} must be finite, got {value}{context}: a non-finite value would "
+            "turn the weights into NaN."
+        )
+
+
 class ParamGroup:
     """A named set of parameter-name patterns sharing a learning-rate multiplier."""
 
@@ -48,6 +67,7 @@ class ParamGroup:
             )
         if not patterns:
             raise ParamGroupError(f"Parameter group {name!r} has no patterns.")
+        _check_finite(f"Parameter group {name!r}: lr_multiplier", lr_multiplier)
         if not lr_multiplier > 0:
             raise ParamGroupError(
                 f"Parameter group {name!r}: lr_multiplier must be > 0, got {lr_multiplier}."
@@ -105,6 +125,7 @@ class GroupedOptimizer(Optimizer):
         **kwargs,
     ):
         super().__init__(learn_rate, **kwargs)
+        self._check_settings()
         if not 0 < layer_lr_decay <= 1:
             raise ParamGroupError(f"layer_lr_decay must be in (0, 1], got {layer_lr_decay}.")
         if layer_lr_decay != 1 and not num_layers:
@@ -120,6 +141,16 @@ class GroupedOptimizer(Optimizer):
         self.num_layers = num_layers
         self.layer_pattern = re.compile(layer_pattern)
         self._scales: Dict[str, Tuple[Optional[str], float]] = {}
+
+    def _check_settings(self) -> None:
+        for name in _CHECKED_SETTINGS:
+            where = " (a value of its schedule)" if name in self.schedules else ""
+            _check_finite(name, getattr(self, name), where)
+
+    def step_schedules(self) -> None:
+        super().step_schedules()
+        if self.schedules:
+            self._check_settings()
 
     def group_of(self, param_name: str) -> Tuple[Optional[str], float]:
         """The group name (None if ungrouped) and total multiplier of a parameter."""

@@ -129,3 +129,45 @@ def test_config_round_trip_and_schedules():
     w = numpy.ones(2, dtype="f")
     opt((7, "crf_transitions"), w, numpy.ones(2, dtype="f"))
     assert (7, "crf_transitions") in opt.averages
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_settings_are_rejected_at_construction(bad):
+    with pytest.raises(ParamGroupError, match="learn_rate must be finite"):
+        grouped_adam(bad)
+    with pytest.raises(ParamGroupError, match="learn_rate must be finite"):
+        grouped_sgd(bad)
+    with pytest.raises(ParamGroupError, match="lr_multiplier must be finite"):
+        grouped_adam(1e-3, crf_lr_multiplier=bad)
+    with pytest.raises(ParamGroupError, match="lr_multiplier must be finite"):
+        grouped_adam(1e-3, param_groups={"pooler": {"patterns": ["pooler.*"], "lr_multiplier": bad}})
+    with pytest.raises(ParamGroupError, match="layer_lr_decay"):
+        grouped_adam(1e-3, layer_lr_decay=bad, num_layers=2)
+    with pytest.raises(ParamGroupError, match="L2 must be finite"):
+        grouped_adam(1e-3, L2=bad)
+
+
+def test_non_finite_schedule_value_is_rejected_before_it_reaches_the_weights():
+    optimizer = grouped_adam(iter([1e-3, 1e-3, float("nan")]))
+    model = _model()
+    _set_grads(model)
+    model.finish_update(optimizer)
+    optimizer.step_schedules()  # 1e-3: fine
+    before = _params(model)
+    with pytest.raises(ParamGroupError, match=r"learn_rate must be finite, got nan \(a value of its schedule\)"):
+        optimizer.step_schedules()
+    assert all(numpy.isfinite(v).all() for v in _params(model).values())
+    assert all((before[k] == v).all() for k, v in _params(model).items())
+
+
+def test_non_finite_learn_rate_in_a_config_is_a_config_error():
+    config = Config().from_str(
+        """
+        [optimizer]
+        @optimizers = "spacy_crf.GroupedAdam.v1"
+        learn_rate = 1e-3
+        crf_lr_multiplier = Infinity
+        """
+    )
+    with pytest.raises(ParamGroupError, match="crf.*lr_multiplier must be finite"):
+        registry.resolve(config)
