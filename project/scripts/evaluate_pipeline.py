@@ -1,0 +1,161 @@
+"""Score the shipped pipeline as users call it: raw text in, tokens and doc.ents out.
+
+    python scripts/evaluate_pipeline.py PIPELINE --words DEV.spacy --ents DEV.spacy \
+        [--dictionary TRAIN.spacy] [--set components.merge_words.policy=keep_words] \
+        [--limit N] --output metrics/pipeline_public_api.json
+
+PIPELINE is an installed package name (``zh_crf_pipeline``) or a directory.
+Each reference doc's text goes through ``nlp.pipe`` exactly as a user would
+send it; nothing from the reference reaches the pipeline.
+
+* words: the predicted *tokens* (not the segmenter's span group) against
+  the reference words, P/R/F over character offsets (SIGHAN), with OOV/IV
+  recall against ``--dictionary`` (the words of the training corpus);
+* entities: ``doc.ents`` against the reference entities, spaCy's
+  ``ents_p/r/f`` and ``ents_per_type``;
+* for comparison, the segmenter's own words (the span group the merge step
+  started from) on the same run, so the cost of the merge is visible.
+
+``--set`` overrides the pipeline's config at load time (repeatable), e.g.
+the merge step's entity policy; the overrides are recorded in the output.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+
+import spacy
+import srsly
+from spacy.scorer import PRFScore, get_ner_prf
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+Offsets = Set[Tuple[int, int]]
+
+
+def token_words(doc: Doc) -> Offsets:
+    """Character offsets of the doc's tokens, whitespace excluded: what a user reads as words."""
+    return {(t.idx, t.idx + len(t)) for t in doc if not t.is_space}
+
+
+def span_words(doc: Doc, key: str) -> Optional[Offsets]:
+    if key not in doc.spans:
+        return None
+    return {(s.start_char, s.end_char) for s in doc.spans[key] if not s.text.isspace()}
+
+
+def word_scores(pairs: Iterable[Tuple[Offsets, Offsets, str]], dictionary: Optional[Set[str]]) -> Dict[str, Any]:
+    """P/R/F over (predicted, gold, text) triples, with OOV/IV recall when a dictionary is given."""
+    prf = PRFScore()
+    found = {"oov": 0, "iv": 0}
+    total = {"oov": 0, "iv": 0}
+    for pred, gold, text in pairs:
+        prf.tp += len(pred & gold)
+        prf.fp += len(pred - gold)
+        prf.fn += len(gold - pred)
+        if dictionary is not None:
+            for start, end in gold:
+                kind = "iv" if text[start:end] in dictionary else "oov"
+                total[kind] += 1
+                found[kind] += (start, end) in pred
+    scores: Dict[str, Any] = {"words_p": prf.precision, "words_r": prf.recall, "words_f": prf.fscore}
+    if dictionary is not None:
+        scores["words_oov_recall"] = found["oov"] / total["oov"] if total["oov"] else None
+        scores["words_iv_recall"] = found["iv"] / total["iv"] if total["iv"] else None
+    return scores
+
+
+def read_docs(path: Path, vocab, limit: int) -> List[Doc]:
+    docs = list(DocBin().from_disk(path).get_docs(vocab))
+    if not docs:
+        raise SystemExit(f"{path}: no docs")
+    return docs[:limit] if limit else docs
+
+
+def run(nlp, refs: List[Doc], batch_size: int) -> Tuple[List[Doc], Dict[str, Any]]:
+    texts = [doc.text for doc in refs]
+    start = time.perf_counter()
+    docs = list(nlp.pipe(texts, batch_size=batch_size))
+    seconds = time.perf_counter() - start
+    for text, doc in zip(texts, docs):
+        if doc.text != text:  # the pipeline's own guarantee; a failure here is a bug
+            raise SystemExit(f"the pipeline changed a doc's text: {text[:40]!r}")
+    chars = sum(len(t) for t in texts)
+    return docs, {"docs": len(texts), "chars": chars, "seconds": round(seconds, 2),
+                  "chars_per_s": round(chars / seconds, 1) if seconds else None}
+
+
+def parse_overrides(items: List[str]) -> Dict[str, Any]:
+    overrides: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set takes KEY=VALUE (e.g. components.merge_words.policy=keep_words), got {item!r}")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return overrides
+
+
+def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Optional[Path] = None,
+                      overrides: Optional[Dict[str, Any]] = None, limit: int = 0, batch_size: int = 128,
+                      spans_key: str = "words") -> Dict[str, Any]:
+    nlp = spacy.load(pipeline, config=overrides or {})
+    word_refs = read_docs(words, nlp.vocab, limit)
+    ent_refs = read_docs(ents, nlp.vocab, limit)
+    vocab_words = None
+    if dictionary is not None:
+        vocab_words = {t.text for doc in DocBin().from_disk(dictionary).get_docs(nlp.vocab) for t in doc if not t.is_space}
+
+    word_docs, word_speed = run(nlp, word_refs, batch_size)
+    tokens = word_scores(((token_words(d), token_words(r), r.text) for d, r in zip(word_docs, word_refs)), vocab_words)
+    segmenter = None
+    if all(span_words(d, spans_key) is not None for d in word_docs):
+        segmenter = word_scores(((span_words(d, spans_key), token_words(r), r.text)
+                                 for d, r in zip(word_docs, word_refs)), vocab_words)
+    ent_docs, ent_speed = run(nlp, ent_refs, batch_size)
+    entities = get_ner_prf([Example(d, r) for d, r in zip(ent_docs, ent_refs)])
+    return {
+        "pipeline": pipeline,
+        "components": nlp.pipe_names,
+        "overrides": overrides or {},
+        "words_data": str(words),
+        "ents_data": str(ents),
+        "limit": limit,
+        "words": tokens,
+        "segmenter_words": segmenter,
+        "ents": entities,
+        "speed": {"words_data": word_speed, "ents_data": ent_speed},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pipeline", help="installed package name or pipeline directory")
+    p.add_argument("--words", type=Path, required=True, help=".spacy docs whose tokens are the gold words")
+    p.add_argument("--ents", type=Path, required=True, help=".spacy docs with gold entities")
+    p.add_argument("--dictionary", type=Path, help=".spacy training corpus whose words are the IV dictionary")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--limit", type=int, default=0, help="first N docs of each file (0: all)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--output", type=Path, required=True)
+    args = p.parse_args()
+    if args.limit < 0 or args.batch_size <= 0:
+        raise SystemExit("--limit must be >= 0 and --batch-size > 0")
+    result = evaluate_pipeline(args.pipeline, args.words, args.ents, dictionary=args.dictionary,
+                               overrides=parse_overrides(args.overrides), limit=args.limit,
+                               batch_size=args.batch_size)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    srsly.write_json(args.output, result)
+    w, e, s = result["words"], result["ents"], result["segmenter_words"]
+    print(f"public API: words F {100 * w['words_f']:.2f} (P {100 * w['words_p']:.2f} / R {100 * w['words_r']:.2f}"
+          + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")
+          + f"), entities F {100 * e['ents_f']:.2f} (P {100 * e['ents_p']:.2f} / R {100 * e['ents_r']:.2f})"
+          + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
+          + f" -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
