@@ -1,0 +1,100 @@
+"""project/scripts/evaluate_pipeline.py scores what users get from nlp.pipe.
+
+Its figures are checked against an independent computation: spacy.load the
+saved pipeline, run each reference text through it, and count word and
+entity matches by character offsets.
+"""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+from spacy_crf.optimizers import grouped_adam
+
+SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "evaluate_pipeline.py"
+
+WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
+         ["北京大学", "在", "北京"], ["上海", "人"]]
+ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")]),
+        ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]), ("北京大学在北京", [(0, 2, "LOC"), (5, 7, "LOC")])]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("evaluate_pipeline", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A saved segmenter + NER + merge pipeline and two .spacy reference files."""
+    path = tmp_path_factory.mktemp("evaluate_pipeline")
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes"})
+    nlp.add_pipe("crf_tagger", name="crf_ner", config={"scheme": "bioes"})
+    nlp.add_pipe("crf_merge_words", name="merge_words")
+    word_refs = [Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in WORDS]
+    ent_refs = [Example.from_dict(nlp.make_doc(t), {"entities": e}).reference for t, e in ENTS]
+    examples = [Example(nlp.make_doc(r.text), r) for r in word_refs + ent_refs]
+    optimizer = nlp.initialize(lambda: examples, sgd=grouped_adam(1e-2, crf_lr_multiplier=10))
+    for _ in range(4):  # a half-trained model: some words and entities right, some wrong
+        nlp.update(examples, sgd=optimizer)
+    nlp.to_disk(path / "pipeline")
+    DocBin(docs=word_refs).to_disk(path / "words.spacy")
+    DocBin(docs=ent_refs).to_disk(path / "ents.spacy")
+    DocBin(docs=word_refs[:3]).to_disk(path / "train_words.spacy")
+    return path
+
+
+def _prf(pred, gold):
+    tp = len(pred & gold)
+    p = tp / len(pred) if pred else 0.0
+    r = tp / len(gold) if gold else 0.0
+    return p, r, 2 * p * r / (p + r) if p + r else 0.0
+
+
+def test_scores_agree_with_an_independent_spacy_load(script, corpus):
+    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
+                                      dictionary=corpus / "train_words.spacy", batch_size=2)
+    nlp = spacy.load(corpus / "pipeline")
+    pred_words, gold_words, pred_ents, gold_ents = set(), set(), set(), set()
+    for i, words in enumerate(WORDS):
+        text = "".join(words)
+        doc = nlp(text)
+        pred_words |= {(i, t.idx, t.idx + len(t)) for t in doc}
+        offsets = [0]
+        for w in words:
+            offsets.append(offsets[-1] + len(w))
+        gold_words |= {(i, a, b) for a, b in zip(offsets, offsets[1:])}
+    for i, (text, ents) in enumerate(ENTS):
+        doc = nlp(text)
+        pred_ents |= {(i, e.start_char, e.end_char, e.label_) for e in doc.ents}
+        gold_ents |= {(i, *e) for e in ents}
+    p, r, f = _prf(pred_words, gold_words)
+    assert round(100 * result["words"]["words_p"], 2) == round(100 * p, 2)
+    assert round(100 * result["words"]["words_r"], 2) == round(100 * r, 2)
+    assert round(100 * result["words"]["words_f"], 2) == round(100 * f, 2)
+    p, r, f = _prf(pred_ents, gold_ents)
+    assert round(100 * result["ents"]["ents_f"], 2) == round(100 * f, 2)
+    assert round(100 * result["ents"]["ents_p"], 2) == round(100 * p, 2)
+    # OOV recall: gold words absent from the training words, found by the tokens.
+    train_words = {w for words in WORDS[:3] for w in words}
+    oov = {(i, a, b) for (i, a, b) in gold_words if "".join(WORDS[i])[a:b] not in train_words}
+    expected_oov = len(oov & pred_words) / len(oov)
+    assert result["words"]["words_oov_recall"] == pytest.approx(expected_oov)
+    assert result["segmenter_words"] is not None
+
+
+def test_overrides_reach_the_loaded_pipeline(script, corpus):
+    overrides = script.parse_overrides(["components.crf_ner.max_batch_items=7"])
+    assert overrides == {"components.crf_ner.max_batch_items": 7}
+    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
+                                      overrides=overrides, limit=2)
+    assert result["overrides"] == overrides and result["limit"] == 2
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        script.parse_overrides(["no-equals-sign"])
