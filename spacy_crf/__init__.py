@@ -1,18 +1,11 @@
 """spacy-crf: linear-chain CRF sequence labelling for spaCy.
 
-Importing the package registers the ``crf_tagger`` and ``crf_merge_words``
-factories, the ``spacy_crf.CRFTagger.v1`` architecture, the grouped
-optimizers and the scorers. spaCy also finds them through entry points, so
-an explicit import is only needed when the package is not installed.
+Importing the package has no side effects: it registers nothing and imports
+neither torch nor spaCy. spaCy finds the factories (``crf_tagger``,
+``crf_ner``, ``crf_segmenter``, ``crf_merge_words``), the
+``spacy_crf.CRFTagger.v1`` architecture, the optimizers, scorers and corpus
+readers through the package's entry points, and imports each module when a
+config first names it. Without an installed package, import the modules
+themselves (``spacy_crf.factories``, ``spacy_crf.corpora``, ...).
 """
 __version__ = "0.1.0"
-
-
-def _register() -> None:
-    # Imported for their registry side effects. Modules that a helper is still
-    # writing may be missing in a partial checkout; everything else must import.
-    from . import optimizers, scorers, model, pipe  # noqa: F401
-    from . import corpora, merge  # noqa: F401
-
-
-_register()

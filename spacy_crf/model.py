@@ -3,15 +3,19 @@
 The thinc model maps docs to per-token emission scores. The CRF layer is an
 identity in the forward pass that owns the transition parameters: a CRF's
 loss needs the gold tags, which only the pipe has, so the pipe computes the
-loss with :func:`crf_loss`, which also accumulates the transition gradients
-on the layer. ``Model.finish_update`` then updates every parameter with the
-same optimizer call as any other thinc layer.
+loss with :func:`crf_loss`. That function has no side effects: it returns
+the gradient of the loss as a :class:`CRFGradient`, the emission gradients
+plus the gradients of the CRF parameters, computed in the same autograd
+pass. The CRF layer's backprop callback adds the latter to the layer's
+parameters and passes the former on, so the transitions get their gradient
+in the backward pass like any other thinc parameter, and
+``Model.finish_update`` updates every parameter with the same optimizer call.
 
 Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
 so that :mod:`spacy_crf.optimizers` can put them in learning-rate groups.
 """
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy
 import torch
@@ -24,12 +28,22 @@ from spacy.util import registry
 from . import crf
 from .schemes import TransitionMask
 
-# libgomp's thread pool does not survive fork(): a child of a process that
-# already ran a parallel torch op hangs on its first one (nlp.pipe with
-# n_process > 1 forks on Linux). One thread per worker process is also what
-# such a pool wants, so forked children drop to a single thread.
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
+_fork_hook_installed = False
+
+
+def install_fork_hook() -> None:
+    """Make forked children of this process use one torch thread (once per process).
+
+    libgomp's thread pool does not survive fork(): a child of a process that
+    already ran a parallel torch op hangs on its first one (``nlp.pipe`` with
+    ``n_process > 1`` forks on Linux). One thread per worker process is also
+    what such a pool wants. Called when a CRF model or pipe is built, never
+    on import, so that importing the package changes nothing process-wide.
+    """
+    global _fork_hook_installed
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
+        _fork_hook_installed = True
 
 TRANSITIONS, START, END = "crf_transitions", "crf_start", "crf_end"
 EMISSION_W, EMISSION_B = "crf_emission_W", "crf_emission_b"
@@ -54,6 +68,7 @@ def build_crf_tagger(
         trained with token-level cross-entropy and decoded by argmax.
     use_start_end: learn start and end scores beside the transitions.
     """
+    install_fork_hook()
     emissions = Emissions(nO=nO)
     layers = [tok2vec, emissions]
     if use_crf:
@@ -106,14 +121,26 @@ def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
     return model.ops.unflatten(Y, lengths), backprop
 
 
+class CRFGradient(list):
+    """The gradient :func:`crf_loss` returns: a list of emission gradients
+    ``[n_i, K]`` (what the layers below the CRF receive) that also carries
+    ``d_params``, the gradients of the CRF layer's parameters by name, which
+    the CRF layer's backprop adds to the layer."""
+
+    def __init__(self, d_scores: Iterable[Floats2d], d_params: Optional[Dict[str, numpy.ndarray]] = None) -> None:
+        super().__init__(d_scores)
+        self.d_params: Dict[str, numpy.ndarray] = dict(d_params or {})
+
+
 def CRF(nO: Optional[int] = None, use_start_end: bool = True) -> Model[List[Floats2d], List[Floats2d]]:
-    """The CRF's parameters. Identity in the forward pass (see module doc)."""
+    """The CRF's parameters. Identity in the forward pass; its backprop adds
+    the parameter gradients that a :class:`CRFGradient` carries (see module doc)."""
     params = {TRANSITIONS: None}
     if use_start_end:
         params.update({START: None, END: None})
     return Model(
         "crf",
-        _identity_forward,
+        _crf_forward,
         init=_crf_init,
         dims={"nO": nO},
         params=params,
@@ -136,8 +163,13 @@ def _crf_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
         model.set_param(END, xp.asarray(numpy.random.uniform(-scale, scale, (nO,)), dtype="f"))
 
 
-def _identity_forward(model: Model, X, is_train: bool):
-    return X, lambda dY: dY
+def _crf_forward(model: Model, X, is_train: bool):
+    def backprop(dY):
+        for name, grad in getattr(dY, "d_params", {}).items():
+            model.inc_grad(name, grad)
+        return list(dY)
+
+    return X, backprop
 
 
 # --- bridging thinc arrays and the torch maths --------------------------------
@@ -191,13 +223,14 @@ def crf_loss(
     gold: List[Ints1d],
     constraints: Optional[TransitionMask] = None,
     constrain_training: bool = False,
-) -> Tuple[float, List[Floats2d]]:
-    """Summed loss over the docs, and its gradient w.r.t. the scores.
+) -> Tuple[float, CRFGradient]:
+    """Summed loss over the docs, and its gradient (a :class:`CRFGradient`).
 
     ``gold`` holds tag ids, -1 where the gold tag is unknown (misaligned or
     missing annotation): the CRF marginalises over those positions, the
-    softmax head ignores them. With a CRF, the gradients of the transition
-    parameters are accumulated on the CRF layer as a side effect.
+    softmax head ignores them. Nothing is written to the model: with a CRF,
+    the gradients of its parameters travel in the result's ``d_params`` and
+    are added by the CRF layer's backprop.
     """
     lengths = [len(s) for s in scores]
     emissions, mask = _pad(scores, requires_grad=True)
@@ -217,17 +250,17 @@ def crf_loss(
         )
         loss = nll.sum()
         loss.backward()
-        for name, tensor in ((TRANSITIONS, transitions), (START, start), (END, end)):
-            if tensor is not None:
-                layer.inc_grad(name, torch2xp(tensor.grad))
+        d_params = {name: torch2xp(tensor.grad) for name, tensor in
+                    ((TRANSITIONS, transitions), (START, start), (END, end)) if tensor is not None}
     else:
         log_probs = torch.log_softmax(emissions, dim=-1)
         loss = torch.nn.functional.nll_loss(
             log_probs.reshape(-1, log_probs.shape[-1]), tags.reshape(-1), ignore_index=-1, reduction="sum"
         )
         loss.backward()
+        d_params = {}
     d_scores = _unpad(torch2xp(emissions.grad), lengths)
-    return float(loss.detach()), d_scores
+    return float(loss.detach()), CRFGradient(d_scores, d_params)
 
 
 def _inference(model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask], crf_fn, softmax_fn) -> List:

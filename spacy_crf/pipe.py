@@ -1,6 +1,8 @@
-"""The ``crf_tagger`` component: a trainable CRF sequence labeller.
+"""The trainable CRF tagger component (:class:`CRFTagger`).
 
-What it learns and writes depends on ``scheme``:
+Its factories (``crf_tagger``, ``crf_ner``, ``crf_segmenter``) are in
+:mod:`spacy_crf.factories`. What the tagger learns and writes depends on
+``scheme``:
 
 * ``"bmes"``: word segmentation over character tokens. Gold word boundaries
   come from the *reference tokens* through ``Example`` alignment. Predicted
@@ -15,7 +17,7 @@ from itertools import islice
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy
-from thinc.api import Config, Model
+from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
@@ -30,98 +32,17 @@ from .schemes import (
     TransitionMask,
     check_labels,
     check_scheme,
+    from_biluo,
     make_tags,
+    position_tag,
     tags_to_spans,
     transition_mask,
 )
-from .scorers import DEFAULT_SPANS_KEY, has_gold_words, score_crf_tagger
+from .scorers import score_crf_tagger
 from .transitions import TransitionTable
+from .util import DEFAULT_SPANS_KEY, has_gold_words, quote_text
 
-DEFAULT_MODEL_CONFIG = """
-[model]
-@architectures = "spacy_crf.CRFTagger.v1"
-nO = null
-use_crf = true
-use_start_end = true
-
-[model.tok2vec]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 96
-depth = 4
-embed_size = 2000
-window_size = 1
-maxout_pieces = 3
-subword_features = false
-"""
-DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
 UNKNOWN = -1
-
-
-@Language.factory(
-    "crf_tagger",
-    assigns=["doc.ents", "token.ent_iob", "token.ent_type", "token.tag", "doc.spans"],
-    default_config={
-        "model": DEFAULT_MODEL,
-        "scheme": "bio",
-        "spans_key": DEFAULT_SPANS_KEY,
-        "constrain_training": True,
-        "max_batch_items": 4096,
-        "scorer": {"@scorers": "spacy_crf.crf_scorer.v1"},
-    },
-    default_score_weights={
-        "words_f": 1.0,
-        "words_p": 0.0,
-        "words_r": 0.0,
-        "ents_f": 1.0,
-        "ents_p": 0.0,
-        "ents_r": 0.0,
-        "ents_per_type": None,
-        "tag_acc": 1.0,
-    },
-)
-def make_crf_tagger(
-    nlp: Language,
-    name: str,
-    model: Model[List[Doc], List[Floats2d]],
-    scheme: str,
-    spans_key: str,
-    constrain_training: bool,
-    max_batch_items: int,
-    scorer: Optional[Callable],
-) -> "CRFTagger":
-    """Create a CRF tagger.
-
-    model: a ``spacy_crf.CRFTagger.v1`` model (tok2vec -> emissions -> CRF).
-    scheme: "bmes" (word segmentation), "bio"/"bioes" (entities) or "tag".
-    spans_key: the span group that receives predicted words ("bmes").
-    constrain_training: also apply the scheme's constraints in training, so
-        that the partition function sums over well-formed paths only.
-        Decoding is always constrained.
-    max_batch_items: at prediction time (``nlp.pipe``), docs of a batch are
-        sorted by length and predicted in sub-batches of at most this many
-        padded tokens, as spaCy's ``transformer`` component does. It matters
-        when the tagger embeds its own transformer (after
-        ``replace_listeners``): padding short docs to the longest one of a
-        mixed batch can cost as much as the encoder itself. 0 disables it.
-    scorer: defaults to ``spacy_crf.crf_scorer.v1``, which reports
-        ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
-        depending on the scheme.
-    """
-    try:
-        check_scheme(scheme)
-    except SchemeError as e:
-        raise ValueError(f"[{name}] {e}") from None
-    return CRFTagger(
-        nlp.vocab,
-        model,
-        name,
-        scheme=scheme,
-        spans_key=spans_key,
-        constrain_training=constrain_training,
-        max_batch_items=max_batch_items,
-        scorer=scorer,
-    )
 
 
 class CRFTagger(TrainablePipe):
@@ -152,6 +73,7 @@ class CRFTagger(TrainablePipe):
             "max_batch_items": max_batch_items,
         }
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
+        crf_model.install_fork_hook()
 
     # --- labels and tags ------------------------------------------------------
 
@@ -259,9 +181,9 @@ class CRFTagger(TrainablePipe):
 
     def _gold_tag_ids(self, eg: Example) -> numpy.ndarray:
         """Gold tag ids over the predicted tokens; -1 where the gold is unknown."""
-        if self.scheme == "bmes":
-            return bmes_gold(eg)
         index = {tag: i for i, tag in enumerate(self.tags)}
+        if self.scheme == "bmes":
+            return bmes_gold(eg, index)
         if self.scheme == "tag":
             gold = eg.get_aligned("TAG", as_string=True)
             return numpy.array([index.get(t, UNKNOWN) if t else UNKNOWN for t in gold], dtype="int64")
@@ -272,7 +194,7 @@ class CRFTagger(TrainablePipe):
             one = len(lost) == 1
             warnings.warn(
                 f"[{self.name}] {len(lost)} gold entit{'y' if one else 'ies'} of doc "
-                f"{_doc_ref(eg.reference)} {'does' if one else 'do'} not align with its "
+                f"{quote_text(eg.reference, 60)} {'does' if one else 'do'} not align with its "
                 f"tokens and {'is' if one else 'are'} treated as unknown in training: "
                 + ", ".join(f"{e.text!r} ({e.label_}, chars {e.start_char}-{e.end_char})" for e in lost)
             )
@@ -280,12 +202,12 @@ class CRFTagger(TrainablePipe):
         for i, tag in enumerate(biluo):
             if tag is None or tag == "-":
                 continue
-            tag = _from_biluo(tag, self.scheme)
+            tag = from_biluo(tag, self.scheme)
             if tag in index:
                 ids[i] = index[tag]
             else:
                 warnings.warn(
-                    f"[{self.name}] doc {_doc_ref(eg.reference)}: gold label of tag "
+                    f"[{self.name}] doc {quote_text(eg.reference, 60)}: gold label of tag "
                     f"{tag!r} is not among the labels {list(self.labels)}; treated as unknown."
                 )
         return ids
@@ -373,15 +295,20 @@ def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
     return batches
 
 
-def bmes_gold(eg: Example) -> numpy.ndarray:
+def bmes_gold(eg: Example, index: Optional[Dict[str, int]] = None) -> numpy.ndarray:
     """BMES tag ids of the predicted tokens from the reference tokens (words).
 
     A predicted token gets a tag when the alignment maps it into exactly one
     reference word; its position inside that word (by character offsets)
-    gives B, M, E or S. Whitespace and tokens spanning several words are
-    unknown (-1), which the CRF marginalises over; so is every token of a
-    reference marked as having no gold words (an NER doc in joint training).
+    gives B, M, E or S (:func:`~spacy_crf.schemes.position_tag`). Whitespace
+    and tokens spanning several words are unknown (-1), which the CRF
+    marginalises over; so is every token of a reference marked as having no
+    gold words (an NER doc in joint training).
+
+    index: tag -> id; defaults to the ``bmes`` inventory of :func:`make_tags`.
     """
+    if index is None:
+        index = {tag: i for i, tag in enumerate(make_tags("bmes", ()))}
     if not has_gold_words(eg.reference):
         return numpy.full(len(eg.predicted), UNKNOWN, dtype="int64")
     x2y = eg.alignment.x2y
@@ -396,23 +323,5 @@ def bmes_gold(eg: Example) -> numpy.ndarray:
         if word.is_space:
             continue
         start, end = token.idx, token.idx + len(token)
-        w_start, w_end = word.idx, word.idx + len(word)
-        at_start, at_end = start == w_start, end == w_end
-        ids[i] = 3 if at_start and at_end else 0 if at_start else 2 if at_end else 1
+        ids[i] = index[position_tag("bmes", start == word.idx, end == word.idx + len(word))]
     return ids
-
-
-def _from_biluo(tag: str, scheme: str) -> str:
-    if tag == "O":
-        return tag
-    prefix, label = tag[0], tag[2:]
-    if scheme == "bioes":
-        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
-    else:
-        prefix = {"L": "I", "U": "B"}.get(prefix, prefix)
-    return f"{prefix}-{label}"
-
-
-def _doc_ref(doc: Doc, width: int = 60) -> str:
-    text = doc.text if len(doc.text) <= width else doc.text[:width] + "..."
-    return repr(text)

@@ -10,8 +10,15 @@ tag sequences are well formed. Four schemes are supported:
 * ``"tag"``: one tag per label, every sequence allowed (``token.tag_``).
 
 Spans are half-open token ranges ``(start, end, label)``.
+
+This module is the single owner of every tag encoding and decoding in the
+package: spans -> tags (:func:`spans_to_tags`, :func:`position_tag`), tags ->
+spans with the repair rules for ill-formed sequences (:func:`tags_to_spans`,
+which reports each repair through an optional callback so that corpus
+readers can warn about them), and spaCy's BILUO tags -> a scheme's tags
+(:func:`from_biluo`).
 """
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 
@@ -20,6 +27,12 @@ OUTSIDE = "O"
 BMES_TAGS = ("B", "M", "E", "S")
 
 Span = Tuple[int, int, str]
+#: ``on_repair(kind, start, position, label)`` of :func:`tags_to_spans`.
+RepairCallback = Callable[[str, int, int, str], None]
+#: Repair kinds: a continuation tag that does not continue the open span and
+#: starts a new one at ``position``; a span opened at ``start`` that is not
+#: closed by its end tag (``bmes``/``bioes``) and ends before ``position``.
+ORPHAN, UNTERMINATED = "orphan", "unterminated"
 
 
 class SchemeError(ValueError):
@@ -150,6 +163,23 @@ def is_valid(scheme: str, tags: Sequence[str]) -> bool:
     return all(_can_follow(scheme, a, b) for a, b in zip(tags, tags[1:]))
 
 
+def position_tag(scheme: str, begins: bool, ends: bool, label: str = "") -> str:
+    """The tag of a token that begins and/or ends its span (word or entity).
+
+    ``bmes``: ``S``/``B``/``E``/``M``; ``bioes``: ``S-X``/``B-X``/``E-X``/``I-X``;
+    ``bio``: ``B-X`` for a first token, else ``I-X``.
+    """
+    if scheme == "bmes":
+        return "S" if begins and ends else "B" if begins else "E" if ends else "M"
+    if scheme == "bioes":
+        prefix = "S" if begins and ends else "B" if begins else "E" if ends else "I"
+    elif scheme == "bio":
+        prefix = "B" if begins else "I"
+    else:
+        raise SchemeError(f"Scheme {scheme!r} has no spans.")
+    return f"{prefix}-{label}"
+
+
 def spans_to_tags(scheme: str, spans: Iterable[Span], length: int) -> List[str]:
     """Encode non-overlapping spans over ``length`` tokens as tags.
 
@@ -162,34 +192,47 @@ def spans_to_tags(scheme: str, spans: Iterable[Span], length: int) -> List[str]:
         raise SchemeError("Scheme 'tag' has no spans.")
     fill = "S" if scheme == "bmes" else OUTSIDE
     tags = [fill] * length
+    covered = [False] * length
     for start, end, label in sorted(spans):
         if not 0 <= start < end <= length:
             raise SchemeError(f"Span ({start}, {end}) is outside 0..{length}.")
-        if any(t != fill for t in tags[start:end]):
+        if any(covered[start:end]):
             raise SchemeError(f"Span ({start}, {end}, {label!r}) overlaps another.")
-        suffix = "" if scheme == "bmes" else f"-{label}"
-        single = "S" if scheme in ("bmes", "bioes") else "B"
-        last = "E" if scheme in ("bmes", "bioes") else "I"
-        middle = "M" if scheme == "bmes" else "I"
-        if end - start == 1:
-            tags[start] = single + suffix
-        else:
-            tags[start] = "B" + suffix
-            for i in range(start + 1, end - 1):
-                tags[i] = middle + suffix
-            tags[end - 1] = last + suffix
+        for i in range(start, end):
+            tags[i] = position_tag(scheme, i == start, i == end - 1, label)
+            covered[i] = True
     return tags
 
 
-def tags_to_spans(scheme: str, tags: Sequence[Optional[str]]) -> List[Span]:
+def from_biluo(tag: str, scheme: str) -> str:
+    """spaCy's BILUO tag (``U-PER``, ``L-LOC``) as a ``bio``/``bioes`` tag."""
+    if tag == OUTSIDE:
+        return tag
+    prefix, label = tag[0], tag[2:]
+    if scheme == "bioes":
+        prefix = {"L": "E", "U": "S"}.get(prefix, prefix)
+    else:
+        prefix = {"L": "I", "U": "B"}.get(prefix, prefix)
+    return f"{prefix}-{label}"
+
+
+def tags_to_spans(
+    scheme: str, tags: Sequence[Optional[str]], on_repair: Optional[RepairCallback] = None
+) -> List[Span]:
     """Decode tags into spans, tolerating ill-formed sequences.
 
     Constrained Viterbi never produces ill-formed sequences, but a softmax
-    head (or an unconstrained CRF) can. The repair follows conlleval: a
-    continuation tag that cannot continue the open span starts a new span,
-    and a span still open at the end of the sequence is closed there. For
-    ``bmes`` every token ends up in exactly one word. A ``None`` tag (e.g. a
-    whitespace token) closes any open span and belongs to no span.
+    head (or an unconstrained CRF, or a corpus file) can. The repair follows
+    conlleval: a continuation tag that cannot continue the open span starts a
+    new span (:data:`ORPHAN`), and a span still open when another span starts,
+    an ``O`` follows or the sequence ends is closed there (for ``bmes`` and
+    ``bioes``, whose spans have an end tag, that is :data:`UNTERMINATED`).
+    For ``bmes`` every token ends up in exactly one word. A ``None`` tag
+    (e.g. a whitespace token) closes any open span and belongs to no span.
+    ``bioes`` also reads ``M-X`` as ``I-X`` (the BMES entity tags of Resume NER).
+
+    on_repair: called as ``on_repair(kind, start, position, label)`` for each
+        repair, in sequence order; ``start`` is where the affected span starts.
     """
     check_scheme(scheme)
     if scheme == "tag":
@@ -197,10 +240,13 @@ def tags_to_spans(scheme: str, tags: Sequence[Optional[str]]) -> List[Span]:
     spans: List[Span] = []
     open_start: Optional[int] = None
     open_label = ""
+    has_end_tag = scheme in ("bmes", "bioes")
 
-    def close(end: int) -> None:
+    def close(end: int, terminated: bool = False) -> None:
         nonlocal open_start
         if open_start is not None:
+            if on_repair is not None and has_end_tag and not terminated:
+                on_repair(UNTERMINATED, open_start, end, open_label)
             spans.append((open_start, end, open_label))
         open_start = None
 
@@ -212,22 +258,24 @@ def tags_to_spans(scheme: str, tags: Sequence[Optional[str]]) -> List[Span]:
         if scheme == "bmes":
             if prefix in "BS" or open_start is None:
                 close(i)
+                if prefix in "ME" and on_repair is not None:
+                    on_repair(ORPHAN, i, i, "")
                 open_start, open_label = i, ""
             if prefix in "ES":
-                close(i + 1)
+                close(i + 1, terminated=True)
             continue
         if prefix == OUTSIDE:
             close(i)
             continue
+        if prefix == "M" and scheme == "bioes":
+            prefix = "I"
         continues = open_start is not None and open_label == label and prefix in "IE"
         if not continues:
             close(i)
+            if prefix in "IE" and on_repair is not None:
+                on_repair(ORPHAN, i, i, label)
             open_start, open_label = i, label
         if prefix in "ES":
-            close(i + 1)
+            close(i + 1, terminated=True)
     close(len(tags))
     return spans
-
-
-def tag_ids(tags: Sequence[str]) -> Dict[str, int]:
-    return {tag: i for i, tag in enumerate(tags)}

@@ -13,16 +13,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
-DEFAULT_SPANS_KEY = "words"
-# Set in a reference doc's user_data by spacy_crf.JointCorpus.v1 when its tokens
-# are not gold words (an NER doc, tokenized into characters): the segmenter
-# learns nothing from it and word scores skip it.
-NO_GOLD_WORDS = "spacy_crf.no_gold_words"
-
-
-def has_gold_words(doc: Doc) -> bool:
-    """Whether the tokens of this reference doc are its gold words."""
-    return not doc.user_data.get(NO_GOLD_WORDS, False)
+from .util import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
 
 def predicted_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:

@@ -16,6 +16,7 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.training import Example
 from typer.testing import CliRunner
 
+from spacy_crf.cli.convert_corpus import convert_corpus_cli
 from spacy_crf.corpora import (
     MENTIONS_KEY,
     CorpusFormatError,
@@ -23,7 +24,6 @@ from spacy_crf.corpora import (
     SplitError,
     carve_dev,
     convert_corpus,
-    convert_corpus_cli,
     create_char_corpus_reader,
     read_char_bio,
     read_char_bmes,

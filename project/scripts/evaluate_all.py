@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 import srsly
-from spacy_crf.evaluate import evaluate
+from evaluate import evaluate
 
 # (label, training dir); a model that was not trained is skipped. "joint" is the
 # default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are

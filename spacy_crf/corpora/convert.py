@@ -1,0 +1,164 @@
+"""Conversion of a corpus file to spaCy's ``.spacy`` format, with counts
+printed and returned at every step (``spacy crf convert-corpus``)."""
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from spacy.tokens import Doc, DocBin
+from spacy.vocab import Vocab
+from wasabi import msg
+
+from .base import CorpusWarning, PathLike
+from .char_tags import read_char_bio, read_char_bmes, read_weibo
+from .cluener import read_cluener
+from .sighan import read_sighan
+from .split import CUT_KINDS, carve_dev, split_long
+
+FORMATS = ("sighan", "bio", "bmes", "weibo", "cluener")
+
+
+def read_corpus(fmt: str, path: PathLike, vocab: Vocab, *, stats: Optional[Counter] = None) -> Iterator[Doc]:
+    """Dispatch to the reader of ``fmt`` (one of :data:`FORMATS`)."""
+    readers: Dict[str, Callable[..., Iterator[Doc]]] = {
+        "sighan": read_sighan,
+        "bio": read_char_bio,
+        "bmes": read_char_bmes,
+        "weibo": read_weibo,
+        "cluener": read_cluener,
+    }
+    if fmt not in readers:
+        raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return readers[fmt](path, vocab, stats=stats)
+
+
+def corpus_counts(docs: Iterable[Doc], words: bool) -> Dict[str, object]:
+    """Docs, characters, words (CWS docs: tokens) or entities per label."""
+    counts: Dict[str, object] = {"docs": 0, "chars": 0}
+    n_words = 0
+    ents: Counter = Counter()
+    for doc in docs:
+        counts["docs"] += 1  # type: ignore[operator]
+        counts["chars"] += len(doc.text)  # type: ignore[operator]
+        n_words += len(doc)
+        ents.update(ent.label_ for ent in doc.ents)
+    if words:
+        counts["words"] = n_words
+    else:
+        counts["entities"] = dict(sorted(ents.items()))
+        counts["entities_total"] = sum(ents.values())
+    return counts
+
+
+def _split_all(docs: Sequence[Doc], max_chars: int, stats: Counter) -> List[Doc]:
+    out: List[Doc] = []
+    for doc in docs:
+        out.extend(split_long(doc, max_chars, stats=stats))
+    return out
+
+
+def _print_counts(title: str, counts: Dict[str, object]) -> None:
+    parts = [f"{counts['docs']:,} docs", f"{counts['chars']:,} chars"]
+    if "words" in counts:
+        parts.append(f"{counts['words']:,} words")
+    else:
+        parts.append(f"{counts['entities_total']:,} entities")
+    msg.info(f"{title}: " + ", ".join(parts))
+    if "entities" in counts and counts["entities"]:
+        msg.table(counts["entities"], header=("label", "entities"), divider=True)  # type: ignore[arg-type]
+
+
+def convert_corpus(
+    fmt: str,
+    input_path: PathLike,
+    output_path: PathLike,
+    *,
+    max_chars: int = 500,
+    dev_output: Optional[PathLike] = None,
+    dev_ratio: float = 0.1,
+    seed: int = 0,
+    limit: Optional[int] = None,
+    max_warnings: int = 10,
+) -> Dict[str, object]:
+    """Read a corpus and write it as ``.spacy`` (``DocBin``) file(s).
+
+    Order of steps: read everything; keep the first ``limit`` docs (if given);
+    carve ``dev_ratio`` of the docs into ``dev_output`` (if given, by whole
+    sentences with ``seed``); split docs longer than ``max_chars`` characters
+    (:func:`split_long`, ``0`` = no splitting). Counts are printed and returned
+    for each step: ``read`` (the whole file), ``kept`` (after ``limit``), and
+    ``outputs[NAME]`` with ``before_split`` and ``written`` counts, where NAME
+    is ``train`` and ``dev`` when a dev set is carved, else ``output``. The
+    reader's own counts (blank lines, repairs) are under ``reader`` and the
+    number of warnings under ``warnings``. Splitting is checked to keep every
+    character, word and entity.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    is_cws = fmt == "sighan"
+    vocab = Vocab()
+    reader_stats: Counter = Counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorpusWarning)
+        docs = list(read_corpus(fmt, input_path, vocab, stats=reader_stats))
+    corpus_warnings = [w for w in caught if issubclass(w.category, CorpusWarning)]
+    for w in caught:
+        if not issubclass(w.category, CorpusWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    stats: Dict[str, object] = {"format": fmt, "input": str(input_path)}
+    msg.divider(f"{fmt}: {input_path}")
+    stats["read"] = corpus_counts(docs, is_cws)
+    _print_counts("read", stats["read"])  # type: ignore[arg-type]
+    stats["reader"] = dict(sorted(reader_stats.items()))
+    if reader_stats:
+        msg.table(stats["reader"], header=("reader count", "n"), divider=True)  # type: ignore[arg-type]
+    stats["warnings"] = len(corpus_warnings)
+    for w in corpus_warnings[:max_warnings]:
+        msg.warn(str(w.message))
+    if len(corpus_warnings) > max_warnings:
+        msg.warn(f"... and {len(corpus_warnings) - max_warnings} more warnings")
+
+    if limit is not None:
+        docs = docs[:limit]
+        stats["kept"] = corpus_counts(docs, is_cws)
+        _print_counts(f"kept (limit {limit})", stats["kept"])  # type: ignore[arg-type]
+
+    parts: List[Tuple[str, List[Doc], PathLike]]
+    if dev_output is not None:
+        train, dev = carve_dev(docs, dev_ratio, seed)
+        parts = [("train", train, output_path), ("dev", dev, dev_output)]
+    else:
+        parts = [("output", docs, output_path)]
+    outputs: Dict[str, object] = {}
+    for name, part, path in parts:
+        before = corpus_counts(part, is_cws)
+        if dev_output is not None:
+            _print_counts(f"{name} (dev ratio {dev_ratio}, seed {seed})", before)
+        cuts: Counter = Counter()
+        pieces = _split_all(part, max_chars, cuts)
+        written = corpus_counts(pieces, is_cws)
+        for key in ("chars", "words", "entities"):
+            if before.get(key) != written.get(key):  # pragma: no cover - guarded by split_long
+                raise RuntimeError(f"splitting changed the {key} count: {before.get(key)} -> {written.get(key)}")
+        n_split = sum(1 for doc in part if len(doc.text) > max_chars > 0)
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=pieces, store_user_data=False).to_disk(out)
+        outputs[name] = {
+            "path": str(out),
+            "before_split": before,
+            "docs_split": n_split,
+            "cuts": {kind: cuts[kind] for kind in reversed(CUT_KINDS)},
+            "written": written,
+        }
+        msg.good(
+            f"{name}: wrote {written['docs']:,} docs to {out}; {n_split:,} docs longer than "
+            f"{max_chars} characters were split at {cuts['sentence']} sentence ends, "
+            f"{cuts['clause']} clause marks, {cuts['token']} other token boundaries and "
+            f"{cuts['hard']} cuts inside runs of digits/Latin letters"
+        )
+    stats["outputs"] = outputs
+    return stats

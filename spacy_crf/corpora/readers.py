@@ -1,0 +1,125 @@
+"""Registered training readers: ``spacy_crf.CharCorpus.v1`` and
+``spacy_crf.JointCorpus.v1`` over the ``.spacy`` files of :func:`convert_corpus`."""
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.training import Corpus, Example
+
+from ..util import NO_GOLD_WORDS, doc_source
+from .base import PathLike
+from .split import split_long
+
+
+class CharCorpus(Corpus):
+    """``spacy.Corpus`` for the docs written by :func:`convert_corpus`.
+
+    ``spacy.Corpus.v1`` already builds ``Example(nlp.make_doc(ref.text), ref)``.
+    This wrapper only changes what is unsafe for our docs:
+
+    * ``max_length`` counts *characters* and long docs are split with
+      :func:`split_long` (never inside a word or entity). ``spacy.Corpus.v1``
+      counts reference tokens (words for CWS) and silently drops a longer doc
+      unless it has sentence boundaries, which ours do not.
+    * ``gold_preproc=True`` is refused: it would give the predicted doc the
+      reference words as tokens, handing the segmenter the answer.
+    * A reference doc with unknown spaces is refused: its text is not the
+      raw text (spaCy would tokenize the predicted doc from the gold words).
+    """
+
+    def __init__(self, path: PathLike, *, max_length: int = 0, limit: int = 0) -> None:
+        super().__init__(path, limit=limit, gold_preproc=False, max_length=0)
+        self.max_chars = max_length
+
+    def make_examples(self, nlp: Language, reference_docs: Iterable[Doc]) -> Iterator[Example]:
+        for reference in reference_docs:
+            if reference.has_unknown_spaces:
+                raise ValueError(
+                    f"{self.path}: reference doc {doc_source(reference)} has unknown spaces, so its text is "
+                    "not the raw text; write the corpus with convert-corpus"
+                )
+            for piece in split_long(reference, self.max_chars):
+                if len(piece):
+                    yield Example(nlp.make_doc(piece.text), piece)
+
+
+@spacy.registry.readers("spacy_crf.CharCorpus.v1")
+def create_char_corpus_reader(
+    path: Path, max_length: int = 0, limit: int = 0, gold_preproc: bool = False
+) -> Callable[[Language], Iterable[Example]]:
+    """Reader of ``.spacy`` files from :func:`convert_corpus` (see :class:`CharCorpus`).
+
+    max_length: split reference docs longer than this many characters (0: no limit).
+    limit: read at most this many docs from the file(s) (0: all).
+    gold_preproc: must be False (kept for config compatibility with spacy.Corpus.v1).
+    """
+    if path is None:
+        raise ValueError("spacy_crf.CharCorpus.v1 needs a path")
+    if gold_preproc:
+        raise ValueError(
+            "spacy_crf.CharCorpus.v1: gold_preproc=true would tokenize the predicted docs into the "
+            "gold words, which gives the word segmenter the answer; set gold_preproc = false"
+        )
+    return CharCorpus(path, max_length=max_length, limit=limit)
+
+
+class JointCorpus:
+    """Word-segmentation docs and NER docs in one stream, for one transformer
+    shared by a segmenter and an NER tagger (multi-task training).
+
+    Each side keeps the other task's annotation *missing* rather than
+    wrong: CWS docs have no entity annotation (``ENT_IOB`` unset, so the NER
+    tagger's gold is unknown and spaCy's NER scorer skips them), and NER docs
+    are marked with :data:`~spacy_crf.util.NO_GOLD_WORDS` (their character
+    tokens are not words, so the segmenter's gold is unknown and word scores
+    skip them).
+
+    With ``balance`` (training), each pass yields as many examples of each
+    task as the larger side has, cycling through the smaller one, so that
+    both tasks get the same number of docs per step whatever the corpus sizes.
+    Without it (dev), every doc is yielded once.
+    """
+
+    def __init__(self, words_path: PathLike, ents_path: PathLike, *, max_length: int = 0,
+                 limit: int = 0, balance: bool = True) -> None:
+        self.words = CharCorpus(words_path, max_length=max_length, limit=limit)
+        self.ents = CharCorpus(ents_path, max_length=max_length, limit=limit)
+        self.balance = balance
+
+    def __call__(self, nlp: Language) -> Iterator[Example]:
+        words = list(self.words(nlp))
+        ents = []
+        for eg in self.ents(nlp):
+            eg.reference.user_data[NO_GOLD_WORDS] = True
+            ents.append(eg)
+        for side, examples in (("words", words), ("ents", ents)):
+            if not examples:
+                raise ValueError(f"spacy_crf.JointCorpus.v1: the {side} corpus {getattr(self, side).path} has no docs")
+        if not self.balance:
+            yield from words
+            yield from ents
+            return
+        for i in range(max(len(words), len(ents))):
+            # a repeated example is a copy: training writes into predicted docs
+            yield words[i] if i < len(words) else words[i % len(words)].copy()
+            yield ents[i] if i < len(ents) else ents[i % len(ents)].copy()
+
+
+@spacy.registry.readers("spacy_crf.JointCorpus.v1")
+def create_joint_corpus_reader(
+    words: Optional[Path], ents: Optional[Path], max_length: int = 0, limit: int = 0, balance: bool = True
+) -> Callable[[Language], Iterable[Example]]:
+    """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)
+    for joint training of a segmenter and an NER tagger (see :class:`JointCorpus`).
+
+    words: docs whose tokens are the gold words (e.g. SXU).
+    ents: docs with gold entities on character tokens (e.g. MSRA).
+    max_length: split reference docs longer than this many characters (0: no limit).
+    limit: read at most this many docs from each file (0: all).
+    balance: cycle the smaller corpus so that both give as many examples (training).
+    """
+    if words is None or ents is None:
+        raise ValueError("spacy_crf.JointCorpus.v1 needs both a words path and an ents path")
+    return JointCorpus(words, ents, max_length=max_length, limit=limit, balance=balance)

@@ -1,0 +1,165 @@
+"""The factories of the CRF tagger: one class (:class:`~spacy_crf.pipe.CRFTagger`),
+three factories, as spaCy gives ``ner``/``beam_ner`` their own factory.
+
+* ``crf_tagger``: the general factory, any ``scheme``; declares the union of
+  what the schemes write and score, so a config should set its own
+  ``[training.score_weights]``.
+* ``crf_ner``: entities (``bio``/``bioes``, default ``bioes``); assigns
+  ``doc.ents``, ``token.ent_iob``, ``token.ent_type``; weights ``ents_f``.
+* ``crf_segmenter``: word segmentation (``bmes``); assigns
+  ``doc.spans[spans_key]``; weights ``words_f``.
+
+The variants differ only in their defaults, their declared ``assigns`` and
+their default score weights, so a config that uses them needs no
+``[training.score_weights]`` block. A pipeline saved with
+``factory = "crf_tagger"`` loads as before.
+"""
+from typing import Callable, List, Optional, Tuple
+
+from thinc.api import Config, Model
+from thinc.types import Floats2d
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from .pipe import CRFTagger
+from .schemes import SchemeError, check_scheme
+from .util import DEFAULT_SPANS_KEY
+
+DEFAULT_MODEL_CONFIG = """
+[model]
+@architectures = "spacy_crf.CRFTagger.v1"
+nO = null
+use_crf = true
+use_start_end = true
+
+[model.tok2vec]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 96
+depth = 4
+embed_size = 2000
+window_size = 1
+maxout_pieces = 3
+subword_features = false
+"""
+DEFAULT_MODEL = Config().from_str(DEFAULT_MODEL_CONFIG)["model"]
+COMMON_CONFIG = {
+    "model": DEFAULT_MODEL,
+    "spans_key": DEFAULT_SPANS_KEY,
+    "constrain_training": True,
+    "max_batch_items": 4096,
+}
+ENTS_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
+WORDS_WEIGHTS = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
+
+
+@Language.factory(
+    "crf_tagger",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type", "token.tag", "doc.spans"],
+    default_config={**COMMON_CONFIG, "scheme": "bio", "scorer": {"@scorers": "spacy_crf.crf_scorer.v1"}},
+    default_score_weights={**WORDS_WEIGHTS, **ENTS_WEIGHTS, "tag_acc": 1.0},
+)
+def make_crf_tagger(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    scheme: str,
+    spans_key: str,
+    constrain_training: bool,
+    max_batch_items: int,
+    scorer: Optional[Callable],
+) -> CRFTagger:
+    """Create a CRF tagger for any scheme. Its default score weights are the
+    union of what the schemes report; prefer ``crf_ner`` / ``crf_segmenter``,
+    whose weights need no ``[training.score_weights]`` override.
+
+    model: a ``spacy_crf.CRFTagger.v1`` model (tok2vec -> emissions -> CRF).
+    scheme: "bmes" (word segmentation), "bio"/"bioes" (entities) or "tag".
+    spans_key: the span group that receives predicted words ("bmes").
+    constrain_training: also apply the scheme's constraints in training, so
+        that the partition function sums over well-formed paths only.
+        Decoding is always constrained.
+    max_batch_items: at prediction time (``nlp.pipe``), docs of a batch are
+        sorted by length and predicted in sub-batches of at most this many
+        padded tokens, as spaCy's ``transformer`` component does. It matters
+        when the tagger embeds its own transformer (after
+        ``replace_listeners``): padding short docs to the longest one of a
+        mixed batch can cost as much as the encoder itself. 0 disables it.
+    scorer: defaults to ``spacy_crf.crf_scorer.v1``, which reports
+        ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
+        depending on the scheme.
+    """
+    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
+
+
+@Language.factory(
+    "crf_ner",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type"],
+    default_config={**COMMON_CONFIG, "scheme": "bioes", "scorer": {"@scorers": "spacy_crf.ents_scorer.v1"}},
+    default_score_weights=ENTS_WEIGHTS,
+)
+def make_crf_ner(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    scheme: str,
+    spans_key: str,
+    constrain_training: bool,
+    max_batch_items: int,
+    scorer: Optional[Callable],
+) -> CRFTagger:
+    """Create a CRF entity tagger: scheme "bio" or "bioes" (default); writes
+    ``doc.ents``; scored by ``ents_p/r/f`` and ``ents_per_type``. The other
+    settings are those of ``crf_tagger``."""
+    _require_scheme(name, scheme, ("bio", "bioes"), "crf_ner")
+    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
+
+
+@Language.factory(
+    "crf_segmenter",
+    assigns=["doc.spans"],
+    default_config={**COMMON_CONFIG, "scheme": "bmes", "scorer": {"@scorers": "spacy_crf.words_scorer.v1"}},
+    default_score_weights=WORDS_WEIGHTS,
+)
+def make_crf_segmenter(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    scheme: str,
+    spans_key: str,
+    constrain_training: bool,
+    max_batch_items: int,
+    scorer: Optional[Callable],
+) -> CRFTagger:
+    """Create a CRF word segmenter: scheme "bmes"; writes the predicted words
+    to ``doc.spans[spans_key]`` (``crf_merge_words`` turns them into tokens);
+    scored by ``words_p/r/f``. The other settings are those of ``crf_tagger``."""
+    _require_scheme(name, scheme, ("bmes",), "crf_segmenter")
+    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
+
+
+def _require_scheme(name: str, scheme: str, allowed: Tuple[str, ...], factory: str) -> None:
+    if scheme not in allowed:
+        raise ValueError(
+            f"[{name}] factory {factory!r} takes scheme {' or '.join(map(repr, allowed))}, not {scheme!r}; "
+            "use factory 'crf_tagger' for other schemes."
+        )
+
+
+def _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer) -> CRFTagger:
+    try:
+        check_scheme(scheme)
+    except SchemeError as e:
+        raise ValueError(f"[{name}] {e}") from None
+    return CRFTagger(
+        nlp.vocab,
+        model,
+        name,
+        scheme=scheme,
+        spans_key=spans_key,
+        constrain_training=constrain_training,
+        max_batch_items=max_batch_items,
+        scorer=scorer,
+    )
+
+

@@ -1,0 +1,66 @@
+"""Keys and small helpers shared by the pipes, scorers and corpus readers.
+
+Nothing here imports torch or registers anything: every module of the
+package may import it.
+"""
+import os
+import platform
+from typing import Any, Dict
+
+from spacy.tokens import Doc
+
+#: Span group that receives the predicted words of a segmenter.
+DEFAULT_SPANS_KEY = "words"
+#: ``doc.user_data`` flag set by ``spacy_crf.JointCorpus.v1`` on a reference
+#: doc whose tokens are not gold words (an NER doc, tokenized into characters):
+#: the segmenter learns nothing from it and word scores skip it.
+NO_GOLD_WORDS = "spacy_crf.no_gold_words"
+#: ``doc.user_data`` key with the ``file:line`` a corpus doc was read from. It
+#: is used in error messages and is not written to ``.spacy`` files.
+SOURCE_KEY = "spacy_crf.source"
+
+
+def has_gold_words(doc: Doc) -> bool:
+    """Whether the tokens of this reference doc are its gold words."""
+    return not doc.user_data.get(NO_GOLD_WORDS, False)
+
+
+def quote_text(doc: Doc, width: int = 30) -> str:
+    """``repr`` of the doc's text, cut after ``width`` characters."""
+    text = doc.text if len(doc.text) <= width else doc.text[:width] + "..."
+    return repr(text)
+
+
+def doc_source(doc: Doc) -> str:
+    """``file:line`` a doc was read from, or a short quote of its text."""
+    source = doc.user_data.get(SOURCE_KEY)
+    if source:
+        return str(source)
+    return f"doc {quote_text(doc)}"
+
+
+def hardware() -> Dict[str, Any]:
+    """CPU model, core count, torch threads and GPU (if any) of this machine."""
+    info: Dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - torch is a requirement
+        info["gpu"] = None
+    return info
