@@ -1,0 +1,317 @@
+"""Dynamic quantization of a pipeline's transformer encoder, for CPU inference.
+
+    from spacy_crf.quantize import quantize_pipeline
+    nlp = quantize_pipeline(spacy.load("pipeline"))   # dtype="qint8"
+    nlp.to_disk("pipeline-int8")                      # spacy.load() gives the same
+                                                      # predictions, int8 again
+
+``quantize_pipeline`` replaces every ``torch.nn.Linear`` of the Hugging Face
+model inside each spacy-transformers ``TransformerModel`` of the pipeline (the
+shared ``transformer`` component, and any transformer copied into a component
+by ``nlp.replace_listeners``) with a dynamically quantized one: weights stored
+as int8 (or float16), activations quantized per batch. Embeddings, layer norms
+and the CRF heads stay float32.
+
+How it survives ``nlp.to_disk`` / ``spacy.load`` / ``spacy package``:
+spacy-transformers saves the encoder as its config plus a ``state_dict`` and
+loads it by building a float model from the config and calling
+``load_state_dict``. A quantized state dict holds packed int8 weights that a
+float model cannot take. Instead of patching spacy-transformers, the
+quantized encoder gets an architecture of its own, which ``quantize_pipeline``
+writes into the pipeline's config (so ``config.cfg`` says what the weights
+are):
+
+* ``spacy_crf.QuantizedTransformerModel.v1``: the settings of
+  ``spacy-transformers.TransformerModel.v3`` plus ``dtype``;
+* ``spacy_crf.QuantizedTok2VecTransformer.v1``: the settings of
+  ``spacy-transformers.Tok2VecTransformer.v3`` plus ``dtype`` (what
+  ``replace_listeners`` leaves in a component's config).
+
+Both build the stock ``TransformerModel`` with a ``QuantizedHFShim``, which
+quantizes a freshly built model before loading the saved state into it, and
+quantizes any float model set into it (``nlp.initialize`` from ``name``).
+
+The quantized encoder is inference-only: a training pass through it
+(``nlp.update``, ``Transformer.update``, ``model.begin_update``) raises
+``QuantizedTrainingError``. Heads can still be trained over it if the
+transformer is frozen and annotating. It runs on CPU only.
+
+Backend: ``torch.ao.quantization.quantize_dynamic`` (FBGEMM/oneDNN int8
+kernels). PyTorch marks ``torch.ao.quantization`` as deprecated in favour of
+``torchao``; it is still present and working in the torch versions this
+package allows (< 2.15). The deprecation warnings it raises on every call are
+silenced here because a user can do nothing about them; ``_quantize_module``
+is the one place to change when moving to ``torchao``.
+"""
+import warnings
+from typing import Any, Dict, List, Tuple
+
+import torch
+from spacy.language import Language
+from spacy.util import registry
+from spacy_transformers.architectures import (
+    create_TransformerModel_v3,
+    transformer_tok2vec_v3,
+)
+from spacy_transformers.layers import TransformerModel
+from spacy_transformers.layers._util import replace_listener_cfg as _stock_replace_listener_cfg
+from spacy_transformers.layers.hf_shim import HFShim
+from spacy_transformers.layers.transformer_model import set_pytorch_transformer
+from thinc.api import Model, get_torch_default_device
+from transformers import AutoModel
+
+QUANTIZED_ARCH = "spacy_crf.QuantizedTransformerModel.v1"
+QUANTIZED_TOK2VEC_ARCH = "spacy_crf.QuantizedTok2VecTransformer.v1"
+DTYPES = {"qint8": torch.qint8, "float16": torch.float16}
+# spacy-transformers architectures that hold a transformer, and what each becomes
+_REWRITES = {
+    "spacy-transformers.TransformerModel.v1": QUANTIZED_ARCH,
+    "spacy-transformers.TransformerModel.v2": QUANTIZED_ARCH,
+    "spacy-transformers.TransformerModel.v3": QUANTIZED_ARCH,
+    "spacy-transformers.Tok2VecTransformer.v1": QUANTIZED_TOK2VEC_ARCH,
+    "spacy-transformers.Tok2VecTransformer.v2": QUANTIZED_TOK2VEC_ARCH,
+    "spacy-transformers.Tok2VecTransformer.v3": QUANTIZED_TOK2VEC_ARCH,
+}
+
+
+class QuantizedTrainingError(RuntimeError):
+    """A training pass through a quantized (inference-only) encoder."""
+
+
+def _check_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ValueError(f"Unknown quantization dtype {dtype!r}: expected one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _check_cpu(what: str) -> None:
+    device = get_torch_default_device()
+    if device.type != "cpu":
+        raise ValueError(
+            f"{what}: dynamically quantized encoders run on CPU only, but the default torch device "
+            f"is {device}. Load quantized pipelines without spacy.require_gpu()/prefer_gpu()."
+        )
+
+
+def _quantize_module(module: torch.nn.Module, dtype: str) -> torch.nn.Module:
+    """Return ``module`` with every ``torch.nn.Linear`` dynamically quantized
+    (in place), in eval mode. The only call into the quantization backend."""
+    from torch.ao.quantization import quantize_dynamic
+
+    torch_dtype = _check_dtype(dtype)
+    module.eval()
+    with warnings.catch_warnings():
+        # torch.ao.quantization and quantized tensor creation are deprecated
+        # upstream (see the module docstring); nothing for a user to act on.
+        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
+        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated.*")
+        return quantize_dynamic(module, {torch.nn.Linear}, dtype=torch_dtype, inplace=True)
+
+
+def is_quantized(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds dynamically quantized linear layers and no float ones."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    kinds = {type(m) for m in module.modules()}
+    return any(issubclass(k, DynamicLinear) for k in kinds) and torch.nn.Linear not in kinds
+
+
+class _QuantizedAutoModel:
+    """Stands in for ``AutoModel`` in ``HFShim.from_bytes``: the model it
+    builds from a config is quantized, so the saved state loads into it."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def from_config(self, config):
+        return _quantize_module(AutoModel.from_config(config), self.dtype)
+
+
+class QuantizedHFShim(HFShim):
+    """An ``HFShim`` whose model is dynamically quantized; inference only."""
+
+    def __init__(self, model, *, dtype: str = "qint8", **kwargs):
+        _check_dtype(dtype)
+        kwargs["model_cls"] = _QuantizedAutoModel(dtype)
+        super().__init__(model, **kwargs)
+        self.dtype = dtype
+        if model.transformer is not None and not is_quantized(model.transformer):
+            self.set_quantized(model.transformer)
+
+    def set_quantized(self, transformer: torch.nn.Module) -> None:
+        """Quantize ``transformer`` (a float or already quantized HF model) and
+        make it the shim's model."""
+        _check_cpu("Quantizing a transformer")
+        transformer = transformer.to("cpu")
+        if not is_quantized(transformer):
+            transformer = _quantize_module(transformer, self.dtype)
+        self._model = transformer
+        self._hfmodel.transformer = transformer
+
+    def begin_update(self, inputs):
+        raise QuantizedTrainingError(
+            f"This transformer is dynamically quantized ({self.dtype}) and inference-only: it cannot be "
+            "trained. Train the float pipeline and quantize it afterwards (spacy_crf.quantize.quantize_pipeline); "
+            "to train other components on top of it, freeze it ([training] frozen_components and "
+            "annotating_components)."
+        )
+
+    def finish_update(self, optimizer):
+        self.begin_update(None)
+
+    def to_device(self, device_type: str, device_id: int):
+        if device_type != "cpu":
+            raise ValueError("A dynamically quantized transformer runs on CPU only.")
+        super().to_device(device_type, device_id)
+
+    def from_bytes(self, bytes_data):
+        _check_cpu("Loading a quantized transformer")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated.*")
+            warnings.filterwarnings("ignore", message=r".*TypedStorage is deprecated.*")  # torch.load of qtensors
+            return super().from_bytes(bytes_data)
+
+
+def _set_quantized_transformer(model: TransformerModel, hf_model) -> None:
+    """``set_transformer`` of a quantized ``TransformerModel``: what
+    ``initialize`` calls after loading the float model from ``name``."""
+    set_pytorch_transformer(model, hf_model)
+    model.layers[0].shims[0].set_quantized(hf_model.transformer)
+
+
+def _quantized_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
+    """``replace_listeners`` writes this into the listening component's config."""
+    result = _stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
+    if result["@architectures"] == "spacy-transformers.Tok2VecTransformer.v3":
+        result["@architectures"] = QUANTIZED_TOK2VEC_ARCH
+    return result
+
+
+def _install_quantized_shim(model: TransformerModel, dtype: str) -> None:
+    """Make ``model`` (a spacy-transformers ``TransformerModel``) quantized."""
+    wrapper = model.layers[0]
+    shim = wrapper.shims[0]
+    if isinstance(shim, QuantizedHFShim):
+        if shim.dtype != dtype:
+            raise ValueError(f"This transformer is already quantized as {shim.dtype}, not {dtype}.")
+        return
+    new = QuantizedHFShim(
+        shim._hfmodel,
+        dtype=dtype,
+        config=shim.cfg,
+        optimizer=shim._optimizer,
+        mixed_precision=shim._mixed_precision,
+        grad_scaler_config={},  # a fresh dict: HFShim writes into it
+        config_cls=shim.config_cls,
+        tokenizer_cls=shim.tokenizer_cls,
+    )
+    new._grad_scaler = shim._grad_scaler
+    wrapper.shims[0] = new
+    model.attrs["set_transformer"] = _set_quantized_transformer
+    model.attrs["replace_listener_cfg"] = _quantized_replace_listener_cfg
+
+
+@registry.architectures(QUANTIZED_ARCH)
+def create_quantized_transformer_model(
+    name: str,
+    get_spans,
+    tokenizer_config: dict = {},
+    transformer_config: dict = {},
+    mixed_precision: bool = False,
+    grad_scaler_config: dict = {},
+    dtype: str = "qint8",
+) -> Model:
+    """``spacy-transformers.TransformerModel.v3`` with its linear layers
+    dynamically quantized to ``dtype`` ("qint8" or "float16"); inference only."""
+    model = create_TransformerModel_v3(
+        name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
+    )
+    _install_quantized_shim(model, dtype)
+    return model
+
+
+@registry.architectures(QUANTIZED_TOK2VEC_ARCH)
+def create_quantized_tok2vec_transformer(
+    name: str,
+    get_spans,
+    tokenizer_config: dict,
+    pooling: Model,
+    grad_factor: float = 1.0,
+    transformer_config: dict = {},
+    mixed_precision: bool = False,
+    grad_scaler_config: dict = {},
+    dtype: str = "qint8",
+) -> Model:
+    """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer's
+    linear layers dynamically quantized to ``dtype``; inference only."""
+    model = transformer_tok2vec_v3(
+        name, get_spans, tokenizer_config, pooling, grad_factor, transformer_config, mixed_precision,
+        dict(grad_scaler_config),
+    )
+    for node in model.walk():
+        if isinstance(node, TransformerModel):
+            _install_quantized_shim(node, dtype)
+    return model
+
+
+def _transformer_models(model: Model) -> List[TransformerModel]:
+    return [node for node in model.walk() if isinstance(node, TransformerModel)]
+
+
+def _transformer_blocks(cfg: Any, path: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Dict]]:
+    """(path, block) of every config block naming a transformer architecture."""
+    found = []
+    if isinstance(cfg, dict):
+        arch = cfg.get("@architectures")
+        if arch in _REWRITES or arch in (QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
+            found.append((path, cfg))
+        for key, value in cfg.items():
+            found.extend(_transformer_blocks(value, path + (key,)))
+    return found
+
+
+def quantize_pipeline(nlp: Language, dtype: str = "qint8") -> Language:
+    """Dynamically quantize the linear layers of every transformer encoder in
+    ``nlp`` (in place) for CPU inference, and rewrite the pipeline's config to
+    the quantized architectures so that ``nlp.to_disk`` / ``spacy.load`` (and
+    ``spacy package``) give the same quantized pipeline back. Returns ``nlp``.
+
+    dtype: "qint8" (int8 weights, dynamically quantized activations) or
+        "float16" (float16 weights).
+
+    Quantizing an already quantized pipeline with the same dtype does nothing.
+    The result is inference-only: training through its encoder raises
+    ``QuantizedTrainingError``.
+    """
+    _check_dtype(dtype)
+    _check_cpu("quantize_pipeline")
+    plan = []
+    for name, component in nlp.components:
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            continue
+        models = _transformer_models(model)
+        if not models:
+            continue
+        blocks = _transformer_blocks(nlp.get_pipe_config(name))
+        if len(blocks) != len(models):
+            raise ValueError(
+                f"Cannot quantize component {name!r}: its model has {len(models)} transformer(s) but its "
+                f"config names {len(blocks)} spacy-transformers TransformerModel/Tok2VecTransformer block(s) "
+                f"({', '.join('.'.join(p) or '(root)' for p, _ in blocks) or 'none'}), so the saved config "
+                "could not rebuild the quantized model."
+            )
+        plan.append((models, blocks))
+    if not plan:
+        raise ValueError(f"No spacy-transformers transformer found in the pipeline {nlp.pipe_names}.")
+    for models, blocks in plan:
+        for model in models:
+            _install_quantized_shim(model, dtype)
+        for _, block in blocks:
+            arch = block["@architectures"]
+            if arch in (QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
+                continue
+            block["@architectures"] = _REWRITES[arch]
+            block["dtype"] = dtype
+    return nlp
+

@@ -1,0 +1,257 @@
+"""int8 dynamic quantization of the transformer encoder (spacy_crf.quantize):
+in memory, through to_disk / spacy.load, in a fresh process, with n_process=2,
+and for a transformer copied into a component by replace_listeners."""
+import subprocess
+import sys
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.training import Example
+from thinc.api import Config
+
+from spacy_crf.optimizers import grouped_adam
+from spacy_crf.quantize import (
+    QUANTIZED_ARCH,
+    QUANTIZED_TOK2VEC_ARCH,
+    QuantizedTrainingError,
+    is_quantized,
+    quantize_pipeline,
+)
+
+NER_DATA = [
+    ("我在北京工作", [(2, 4, "LOC")]),
+    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
+    ("今天天气好", []),
+    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
+]
+TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
+
+PIPELINE_CFG = """
+[nlp]
+lang = "zh"
+pipeline = ["transformer", "crf_tagger"]
+batch_size = 8
+
+[components]
+
+[components.transformer]
+factory = "transformer"
+max_batch_items = 4096
+
+[components.transformer.model]
+@architectures = "spacy-transformers.TransformerModel.v3"
+name = "{name}"
+mixed_precision = false
+
+[components.transformer.model.get_spans]
+@span_getters = "spacy-transformers.strided_spans.v1"
+window = 16
+stride = 12
+
+[components.transformer.model.tokenizer_config]
+use_fast = true
+
+[components.crf_tagger]
+factory = "crf_tagger"
+scheme = "bioes"
+
+[components.crf_tagger.model]
+@architectures = "spacy_crf.CRFTagger.v1"
+
+[components.crf_tagger.model.tok2vec]
+@architectures = "spacy-transformers.TransformerListener.v1"
+grad_factor = 1.0
+upstream = "*"
+
+[components.crf_tagger.model.tok2vec.pooling]
+@layers = "reduce_mean.v1"
+"""
+
+
+def make_nlp(name):
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(name)))
+    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def examples(nlp):
+    return [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+
+
+@pytest.fixture(scope="module")
+def float_dir(tiny_bert_dir, tmp_path_factory):
+    """A float pipeline trained a little (so its tags are not all one), on disk."""
+    nlp = make_nlp(tiny_bert_dir)
+    optimizer = nlp.initialize(lambda: examples(nlp), sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
+    for _ in range(15):
+        nlp.update(examples(nlp), sgd=optimizer)
+    path = tmp_path_factory.mktemp("float") / "pipeline"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def int8_dir(float_dir, tmp_path_factory):
+    nlp = quantize_pipeline(spacy.load(float_dir))
+    path = tmp_path_factory.mktemp("int8") / "pipeline"
+    nlp.to_disk(path)
+    return path
+
+
+def outputs(nlp, texts=TEXTS, **pipe_kwargs):
+    """(hidden states, tag ids, entities) per text."""
+    docs = list(nlp.pipe(texts, **pipe_kwargs))
+    tagger = nlp.get_pipe("crf_tagger")
+    tags = [ids.tolist() for ids in tagger.predict(docs)]
+    ents = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]
+    hidden = [numpy.array(d._.trf_data.tensors[0]) if len(d) else None for d in docs]
+    return hidden, tags, ents
+
+
+def assert_same_outputs(a, b):
+    (hidden_a, tags_a, ents_a), (hidden_b, tags_b, ents_b) = a, b
+    assert ents_a == ents_b
+    assert tags_a == tags_b
+    for x, y in zip(hidden_a, hidden_b):
+        assert (x is None and y is None) or numpy.array_equal(x, y)
+
+
+def encoders(nlp):
+    from spacy_transformers.layers import TransformerModel
+
+    return [
+        node.transformer
+        for _, component in nlp.components
+        if hasattr(component, "model")
+        for node in component.model.walk()
+        if isinstance(node, TransformerModel)
+    ]
+
+
+def test_linear_layers_become_dynamic_quantized_and_predict_close_to_float(float_dir):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    fp32 = spacy.load(float_dir)
+    n_linear = sum(isinstance(m, torch.nn.Linear) for m in encoders(fp32)[0].modules())
+    int8 = quantize_pipeline(spacy.load(float_dir))
+    (encoder,) = encoders(int8)
+    assert is_quantized(encoder)
+    assert sum(isinstance(m, DynamicLinear) for m in encoder.modules()) == n_linear > 0
+    assert not any(type(m) is torch.nn.Linear for m in encoder.modules())
+    assert int8.config["components"]["transformer"]["model"]["@architectures"] == QUANTIZED_ARCH
+    assert int8.config["components"]["transformer"]["model"]["dtype"] == "qint8"
+
+    hidden_f, tags_f, _ = outputs(fp32)
+    hidden_q, tags_q, _ = outputs(int8)
+    for f, q in zip(hidden_f, hidden_q):
+        if f is not None:
+            assert numpy.abs(f - q).max() < 0.1 * numpy.abs(f).max()
+    flat_f, flat_q = sum(tags_f, []), sum(tags_q, [])
+    assert len(set(flat_f)) > 1  # the float tagger is not trivially constant
+    assert numpy.mean(numpy.equal(flat_f, flat_q)) >= 0.9
+
+
+def test_to_disk_and_load_give_the_in_memory_quantized_pipeline(float_dir, tmp_path):
+    int8 = quantize_pipeline(spacy.load(float_dir))
+    before = outputs(int8)
+    int8.to_disk(tmp_path / "int8")
+    cfg = (tmp_path / "int8" / "config.cfg").read_text(encoding="utf8")
+    assert QUANTIZED_ARCH in cfg and 'dtype = "qint8"' in cfg
+    loaded = spacy.load(tmp_path / "int8")
+    assert all(is_quantized(e) for e in encoders(loaded))
+    assert_same_outputs(outputs(loaded), before)
+    # and once more: a loaded quantized pipeline saves and loads the same
+    loaded.to_disk(tmp_path / "again")
+    assert_same_outputs(outputs(spacy.load(tmp_path / "again")), before)
+
+
+def test_quantized_encoder_is_smaller_on_disk(float_dir, int8_dir):
+    size_f = (float_dir / "transformer" / "model").stat().st_size
+    size_q = (int8_dir / "transformer" / "model").stat().st_size
+    assert size_q < 0.8 * size_f
+
+
+def test_fresh_process_and_n_process_2_match(int8_dir, tmp_path):
+    """A new interpreter finds the quantized architecture through the entry
+    points alone (as `spacy package` + install does), and two worker
+    processes predict what one does."""
+    nlp = spacy.load(int8_dir)
+    _, tags, ents = outputs(nlp)
+    script = (
+        "import json, sys, spacy\n"
+        "nlp = spacy.load(sys.argv[1])\n"
+        "docs = list(nlp.pipe(json.loads(sys.argv[2])))\n"
+        "print(json.dumps([[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]))\n"
+    )
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(int8_dir), json.dumps(TEXTS)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,  # not the source tree: installed metadata
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents
+    multi = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS, n_process=2, batch_size=2)]
+    assert multi == ents
+
+
+def test_training_a_quantized_encoder_is_a_clear_error(float_dir):
+    nlp = quantize_pipeline(spacy.load(float_dir))
+    with pytest.raises(QuantizedTrainingError, match="inference-only"):
+        nlp.update(examples(nlp))
+    with pytest.raises(QuantizedTrainingError, match="inference-only"):
+        nlp.get_pipe("transformer").update(examples(nlp))
+
+
+@pytest.mark.parametrize("order", ["replace_then_quantize", "quantize_then_replace"])
+def test_transformer_copied_by_replace_listeners(float_dir, tmp_path, order):
+    nlp = spacy.load(float_dir)
+    if order == "quantize_then_replace":
+        quantize_pipeline(nlp)
+        nlp.replace_listeners("transformer", "crf_tagger", ["model.tok2vec"])
+    else:
+        nlp.replace_listeners("transformer", "crf_tagger", ["model.tok2vec"])
+        quantize_pipeline(nlp)
+    tok2vec_cfg = nlp.config["components"]["crf_tagger"]["model"]["tok2vec"]
+    assert tok2vec_cfg["@architectures"] == QUANTIZED_TOK2VEC_ARCH and tok2vec_cfg["dtype"] == "qint8"
+    embedded = encoders(nlp)
+    assert len(embedded) == 2 and all(is_quantized(e) for e in embedded)
+    with nlp.select_pipes(disable=["transformer"]):  # the tagger runs its own copy
+        before = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "int8")
+    loaded = spacy.load(tmp_path / "int8")
+    assert len(encoders(loaded)) == 2 and all(is_quantized(e) for e in encoders(loaded))
+    with loaded.select_pipes(disable=["transformer"]):
+        after = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in loaded.pipe(TEXTS)]
+    assert after == before
+    with pytest.raises(QuantizedTrainingError):
+        loaded.update(examples(loaded))
+
+
+def test_float16_weights_round_trip(float_dir, tmp_path):
+    nlp = quantize_pipeline(spacy.load(float_dir), dtype="float16")
+    before = outputs(nlp)
+    nlp.to_disk(tmp_path / "fp16")
+    assert_same_outputs(outputs(spacy.load(tmp_path / "fp16")), before)
+
+
+def test_quantizing_twice_and_bad_arguments(float_dir, tiny_bert_dir):
+    nlp = quantize_pipeline(spacy.load(float_dir))
+    cfg = nlp.config.to_str()
+    assert quantize_pipeline(nlp) is nlp and nlp.config.to_str() == cfg  # a no-op
+    with pytest.raises(ValueError, match="already quantized as qint8"):
+        quantize_pipeline(nlp, dtype="float16")
+    with pytest.raises(ValueError, match="Unknown quantization dtype"):
+        quantize_pipeline(spacy.load(float_dir), dtype="int4")
+    with pytest.raises(ValueError, match="No spacy-transformers transformer"):
+        quantize_pipeline(spacy.blank("zh"))
+
+
+def test_quantize_before_initialize(tiny_bert_dir):
+    """Quantizing a fresh pipeline: initialize loads the float weights from
+    `name` and quantizes them."""
+    nlp = quantize_pipeline(make_nlp(tiny_bert_dir))
+    nlp.initialize(lambda: examples(nlp))
+    assert all(is_quantized(e) for e in encoders(nlp))
+    assert len(list(nlp.pipe(TEXTS))) == len(TEXTS)
