@@ -1,0 +1,186 @@
+"""Engines: turn the ordered stream of input rows into annotated rows.
+
+Both engines run the same code on each row (``annotate_rows``: ``nlp.pipe``
+then ``records.annotations``), so they give identical records:
+
+* ``local``: ``nlp.pipe`` in this process, ``n_process`` worker processes
+  (spaCy's own multiprocessing).
+* ``ray``: Ray Data. Each pending shard is one block of a small dataset of
+  paths; a read task per shard streams its rows in chunks (``read_rows``, so
+  a bad record is reported with its file and line exactly as locally); an
+  actor pool (``workers`` actors, each loading the pipeline once, with
+  ``cpus_per_worker`` torch threads and optionally a GPU) annotates them with
+  ``map_batches``; the driver iterates the result with ``preserve_order`` and
+  writes each shard itself (one output per input shard, counts checked,
+  temporary name then rename). Reading the shards on the cluster keeps the
+  driver from parsing everything, and one dataset for the whole run keeps the
+  actors (and their loaded pipelines) alive from the first shard to the last.
+"""
+import os
+from itertools import chain
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from .io import dumps, read_rows
+from .records import add_confidence, annotations, words_key
+
+ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
+
+
+def set_threads(threads: Optional[int]) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+
+
+def load_pipeline(pipeline, confidence: bool = False, gpu: bool = False):
+    """Load a pipeline (name, path or ``Language``) for annotation."""
+    import spacy
+
+    if gpu:
+        spacy.prefer_gpu()
+    nlp = pipeline if not isinstance(pipeline, (str, os.PathLike)) else spacy.load(pipeline)
+    if confidence:
+        add_confidence(nlp)
+    return nlp
+
+
+def _doc_bytes(doc) -> bytes:
+    # The encoder's output (doc.tensor, trf_data) is not part of the annotation.
+    for key in [k for k in doc.user_data if isinstance(k, tuple) and len(k) > 1 and k[1] == "trf_data"]:
+        del doc.user_data[key]
+    return doc.to_bytes(exclude=["tensor"])
+
+
+def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, n_process: int = 1,
+                  confidence: bool = False, fmt: str = "jsonl") -> Iterator[Dict[str, Any]]:
+    """Annotated rows, in input order: every row comes back, the "doc" rows
+    with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
+    (the doc's bytes). Other rows pass through an empty doc, so that they keep
+    their place in the stream."""
+    key = words_key(nlp)
+    stream = ((row["text"] if row["kind"] == "doc" else "", row) for row in rows)
+    for doc, row in nlp.pipe(stream, as_tuples=True, batch_size=batch_size, n_process=n_process):
+        out = dict(row)
+        out["ann"] = out["doc"] = None
+        if row["kind"] == "doc":
+            if fmt == "spacy":
+                out["doc"] = _doc_bytes(doc)
+            else:
+                out["ann"] = dumps(annotations(doc, key, confidence))
+        yield out
+
+
+Shard = Tuple[int, str, str]  # (index, path, name)
+
+
+def shard_rows(shards: Sequence[Shard], text_key: str, id_key: str) -> Iterator[Dict[str, Any]]:
+    return chain.from_iterable(read_rows(path, i, name, text_key, id_key) for i, path, name in shards)
+
+
+def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
+                 batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
+                 confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, **_) -> Iterator[Dict[str, Any]]:
+    if threads is None and n_process > 1:
+        threads = max(1, (os.cpu_count() or 1) // n_process)
+    set_threads(threads)
+    if n_process > 1:
+        # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    nlp = load_pipeline(pipeline, confidence, gpu)
+    yield from annotate_rows(nlp, shard_rows(shards, text_key, id_key), batch_size=batch_size,
+                             n_process=n_process, confidence=confidence, fmt=fmt)
+
+
+# --- Ray ------------------------------------------------------------------------
+
+
+def _schemas():
+    import pyarrow as pa
+
+    rows = pa.schema([("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
+                      ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())])
+    out = rows.append(pa.field("ann", pa.large_string())).append(pa.field("doc", pa.large_binary()))
+    return rows, out
+
+
+def _read_shard_batches(batch, text_key: str, id_key: str, chunk: int):
+    """Ray read step: one input row (a shard) -> its rows, ``chunk`` at a time."""
+    import pyarrow as pa
+
+    schema, _ = _schemas()
+    for shard in batch.to_pylist():
+        rows: List[Dict[str, Any]] = []
+        for row in read_rows(shard["path"], shard["shard"], shard["name"], text_key, id_key):
+            rows.append(row)
+            if len(rows) >= chunk:
+                yield pa.Table.from_pylist(rows, schema=schema)
+                rows = []
+        if rows:
+            yield pa.Table.from_pylist(rows, schema=schema)
+
+
+class RayAnnotator:
+    """One actor of the pool: loads the pipeline once, annotates batches."""
+
+    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool) -> None:
+        import spacy_crf  # noqa: F401  (registers the factories in the worker)
+
+        set_threads(threads)
+        self.nlp = load_pipeline(pipeline, confidence, gpu)
+        self.confidence = confidence
+        self.fmt = fmt
+        _, self.schema = _schemas()
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        rows = batch.to_pylist()
+        out = list(annotate_rows(self.nlp, rows, batch_size=max(1, len(rows)), confidence=self.confidence, fmt=self.fmt))
+        return pa.Table.from_pylist(out, schema=self.schema)
+
+
+def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
+               batch_size: int = 64, workers: int = 1, cpus_per_worker: float = 1.0,
+               gpus_per_worker: float = 0.0, address: Optional[str] = None, confidence: bool = False,
+               fmt: str = "jsonl", progress: bool = True, read_chunk: int = 1024, **_) -> Iterator[Dict[str, Any]]:
+    try:
+        import ray
+        import ray.data
+    except ImportError:  # pragma: no cover - depends on the install
+        raise ImportError('--engine ray needs Ray Data: pip install "spacy-crf[ray]"') from None
+    if not isinstance(pipeline, (str, os.PathLike)):
+        raise ValueError("--engine ray loads the pipeline in each actor: pass a name or a path, not a Language")
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 configure_logging=True, logging_level="warning")
+        started = True
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = progress
+        ctx.print_on_execution_start = False
+        if not shards:
+            return
+        if os.path.exists(pipeline):  # actors may start in another folder
+            pipeline = os.path.abspath(pipeline)
+        items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        ds = ds.map_batches(_read_shard_batches, batch_size=1, batch_format="pyarrow", num_cpus=0,
+                            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": read_chunk})
+        ds = ds.map_batches(
+            RayAnnotator,
+            fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
+                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
+            batch_size=batch_size, batch_format="pyarrow", concurrency=workers,
+            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
+        )
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            yield from batch.to_pylist()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+ENGINES = {"local": local_stream, "ray": ray_stream}

@@ -1,0 +1,316 @@
+"""Shards in, shards out: reading and validating input records, and writing
+one output file per input shard through a temporary name.
+
+Every engine sees the same stream of *rows* (plain dicts), produced by
+``read_rows`` from one shard:
+
+* ``kind="doc"``: a valid record: ``text`` and ``meta`` (JSON: the id and the
+  carried fields); ``line`` is its 1-based line (row, for Parquet).
+* ``kind="error"``: a bad record: ``error`` says why, ``line`` where.
+* ``kind="end"``: the last row of every shard; ``meta`` holds the counts read
+  (``{"docs": ..., "errors": ...}``), which the writer checks its own count
+  against before the shard's output gets its final name.
+
+The rows travel through the engine in order, so the driver writes each shard
+from one ordered stream and knows exactly when a shard is complete.
+"""
+import glob
+import gzip
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+INPUT_SUFFIXES = {
+    ".txt": "txt",
+    ".txt.gz": "txt",
+    ".jsonl": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".ndjson": "jsonl",
+    ".ndjson.gz": "jsonl",
+    ".parquet": "parquet",
+}
+OUTPUT_FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet", "spacy": ".spacy"}
+OUTPUT_KEYS = ("id", "text", "words", "ents")
+STATE_DIR = ".annotate"
+
+
+class AnnotateError(ValueError):
+    """The run cannot go on (bad input, bad options, a shard that does not add up)."""
+
+
+# --- input shards ---------------------------------------------------------------
+
+
+def input_kind(path: Path) -> Optional[str]:
+    name = path.name.lower()
+    for suffix, kind in sorted(INPUT_SUFFIXES.items(), key=lambda kv: -len(kv[0])):
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+def strip_input_suffix(name: str) -> str:
+    lower = name.lower()
+    for suffix in sorted(INPUT_SUFFIXES, key=len, reverse=True):
+        if lower.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def find_shards(input_path: str) -> Tuple[Path, List[Path]]:
+    """The input's root folder and its shards, sorted: one file, every input
+    file under a folder (recursively, hidden ones left out), or a glob."""
+    path = Path(input_path)
+    if path.is_file():
+        if input_kind(path) is None:
+            raise AnnotateError(f"{path}: unknown input type; expected one of {sorted(INPUT_SUFFIXES)}")
+        return path.parent, [path]
+    if path.is_dir():
+        root = path
+        files = [p for p in sorted(path.rglob("*")) if p.is_file() and input_kind(p)
+                 and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+    else:
+        files = [Path(p) for p in sorted(glob.glob(input_path, recursive=True)) if Path(p).is_file() and input_kind(Path(p))]
+        root = Path(os.path.commonpath([str(p.parent) for p in files])) if files else Path(".")
+    if not files:
+        raise AnnotateError(f"{input_path}: no input files (.txt, .jsonl, .parquet, optionally .gz) found")
+    return root, files
+
+
+def output_path(shard: Path, root: Path, out_dir: Path, fmt: str) -> Path:
+    rel = shard.relative_to(root)
+    return out_dir / rel.parent / (strip_input_suffix(rel.name) + OUTPUT_FORMATS[fmt])
+
+
+def _open_text(path: Path):
+    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+    # Lines end at "\n" only: a lone "\r" or U+2028 inside a text is kept.
+    return io.TextIOWrapper(raw, encoding="utf8", newline="\n")
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf8", errors="replace")
+    return str(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+def _record_row(record: Any, line: int, shard: int, name: str, text_key: str, id_key: str) -> Dict[str, Any]:
+    """Validate one decoded record and turn it into a row."""
+    if not isinstance(record, dict):
+        return error_row(shard, line, f"not a JSON object but {type(record).__name__}")
+    if text_key not in record:
+        return error_row(shard, line, f"no {text_key!r} key")
+    text = record[text_key]
+    if not isinstance(text, str):
+        return error_row(shard, line, f"{text_key!r} is {type(text).__name__}, not a string")
+    fields = {k: v for k, v in record.items() if k != text_key and k != id_key}
+    clash = [k for k in fields if k in OUTPUT_KEYS]
+    if clash:
+        return error_row(shard, line, f"field {clash[0]!r} clashes with an output field; rename it or pass it as --id-key/--text-key")
+    rid = record.get(id_key)
+    meta = {"id": rid if rid is not None else f"{name}:{line}", "fields": fields}
+    return {"shard": shard, "line": line, "kind": "doc", "text": text, "meta": dumps(meta), "error": None}
+
+
+def error_row(shard: int, line: int, reason: str) -> Dict[str, Any]:
+    return {"shard": shard, "line": line, "kind": "error", "text": "", "meta": None, "error": reason}
+
+
+def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: str = "id") -> Iterator[Dict[str, Any]]:
+    """The rows of one shard (see the module docstring), ending with its "end" row."""
+    p = Path(path)
+    kind = input_kind(p)
+    n_docs = n_errors = 0
+
+    def count(row):
+        nonlocal n_docs, n_errors
+        if row["kind"] == "doc":
+            n_docs += 1
+        else:
+            n_errors += 1
+        return row
+
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        line = 0
+        for batch in pq.ParquetFile(str(p)).iter_batches(batch_size=1024):
+            for record in batch.to_pylist():
+                line += 1
+                yield count(_record_row(record, line, shard, name, text_key, id_key))
+    else:
+        with _open_text(p) as f:
+            try:
+                for line, raw in enumerate(f, 1):
+                    text = raw[:-1] if raw.endswith("\n") else raw
+                    if kind == "txt":
+                        text = text[:-1] if text.endswith("\r") else text
+                        meta = dumps({"id": f"{name}:{line}", "fields": {}})
+                        yield count({"shard": shard, "line": line, "kind": "doc", "text": text, "meta": meta, "error": None})
+                        continue
+                    if not text.strip():
+                        continue  # blank lines in JSONL hold no record
+                    try:
+                        record = json.loads(text)
+                    except ValueError as e:
+                        yield count(error_row(shard, line, f"invalid JSON: {e}"))
+                        continue
+                    yield count(_record_row(record, line, shard, name, text_key, id_key))
+            except UnicodeDecodeError as e:
+                raise AnnotateError(f"{path}: not UTF-8 text after line {n_docs + n_errors}: {e}") from None
+    yield {"shard": shard, "line": 0, "kind": "end", "text": "", "error": None,
+           "meta": dumps({"docs": n_docs, "errors": n_errors})}
+
+
+# --- output shards --------------------------------------------------------------
+
+
+def partial_path(final: Path) -> Path:
+    return final.parent / f".{final.name}.partial"
+
+
+class ShardWriter:
+    """Writes one output shard under a temporary name; ``commit`` renames it."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        self.tmp = partial_path(final)
+        self.tmp.parent.mkdir(parents=True, exist_ok=True)
+        self.count = 0
+
+    def add(self, record: Dict[str, Any], doc_bytes: Optional[bytes] = None) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def commit(self) -> None:
+        self.close()
+        os.replace(self.tmp, self.final)
+
+    def abort(self) -> None:
+        self.close()
+
+
+class JsonlWriter(ShardWriter):
+    def __init__(self, final: Path) -> None:
+        super().__init__(final)
+        self.file = open(self.tmp, "w", encoding="utf8")
+
+    def add(self, record, doc_bytes=None):
+        self.file.write(dumps(record) + "\n")
+        self.count += 1
+
+    def close(self):
+        if not self.file.closed:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+
+
+class ParquetWriter(ShardWriter):
+    """Row groups of ``rows_per_group`` records; the carried fields' types come
+    from the first group (later groups are cast to them)."""
+
+    def __init__(self, final: Path, confidence: bool = False, rows_per_group: int = 10000) -> None:
+        super().__init__(final)
+        self.confidence = confidence
+        self.rows_per_group = rows_per_group
+        self.buffer: List[Dict[str, Any]] = []
+        self.writer = None
+        self.schema = None
+
+    def add(self, record, doc_bytes=None):
+        self.buffer.append(record)
+        self.count += 1
+        if len(self.buffer) >= self.rows_per_group:
+            self._flush()
+
+    def _table(self, records):
+        import pyarrow as pa
+
+        ent_fields = [pa.field("start", pa.int64()), pa.field("end", pa.int64()), pa.field("label", pa.string())]
+        if self.confidence:
+            ent_fields.append(pa.field("confidence", pa.float64()))
+        known = {"words": pa.list_(pa.list_(pa.int64())), "ents": pa.list_(pa.struct(ent_fields)), "text": pa.string()}
+        columns = {}
+        for key in records[0].keys() if records else OUTPUT_KEYS:
+            values = [r.get(key) for r in records]
+            if self.schema is not None and key in self.schema.names:
+                columns[key] = pa.array(values, type=self.schema.field(key).type)
+            else:
+                columns[key] = pa.array(values, type=known.get(key))
+        return pa.table(columns)
+
+    def _flush(self):
+        import pyarrow.parquet as pq
+
+        if not self.buffer and self.writer is not None:
+            return
+        table = self._table(self.buffer)
+        if self.writer is None:
+            self.schema = table.schema
+            self.writer = pq.ParquetWriter(str(self.tmp), self.schema)
+        else:
+            table = table.select(self.schema.names).cast(self.schema)
+        self.writer.write_table(table)
+        self.buffer = []
+
+    def close(self):
+        if self.writer is None or self.buffer:
+            self._flush()
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class DocBinWriter(ShardWriter):
+    """``.spacy`` output as ``spacy apply`` writes it (user data kept)."""
+
+    def __init__(self, final: Path) -> None:
+        from spacy.tokens import DocBin
+        from spacy.vocab import Vocab
+
+        super().__init__(final)
+        self.vocab = Vocab()
+        self.docbin = DocBin(store_user_data=True)
+        self.done = False
+
+    def add(self, record, doc_bytes=None):
+        from spacy.tokens import Doc
+
+        self.docbin.add(Doc(self.vocab).from_bytes(doc_bytes))
+        self.count += 1
+
+    def close(self):
+        if not self.done:
+            self.docbin.to_disk(self.tmp)
+            self.done = True
+
+
+def make_writer(fmt: str, final: Path, confidence: bool) -> ShardWriter:
+    if fmt == "jsonl":
+        return JsonlWriter(final)
+    if fmt == "parquet":
+        return ParquetWriter(final, confidence=confidence)
+    if fmt == "spacy":
+        return DocBinWriter(final)
+    raise AnnotateError(f"unknown output format {fmt!r}; use one of {sorted(OUTPUT_FORMATS)}")
+
+
+def read_output(path: Path) -> List[Dict[str, Any]]:
+    """The records of a JSONL or Parquet output shard (for tests and checks)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(str(path)).to_pylist()
+    with open(path, encoding="utf8") as f:
+        return [json.loads(line) for line in f if line.strip()]

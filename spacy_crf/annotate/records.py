@@ -1,0 +1,128 @@
+"""From an annotated doc to an output record, and per-entity confidence.
+
+A record is ``{"id", "text", "words": [[start, end], ...], "ents": [{"start",
+"end", "label"[, "confidence"]}, ...], **carried fields}``, with character
+offsets into ``text``.
+
+Confidence (``--confidence``) is the smallest posterior marginal, over the
+entity's tokens, of the tag the decoder chose for that token (``B-PER``,
+``I-PER``, ``E-PER``, or ``S-PER``): ``min_i p(y_i = t_i | x)`` from the NER
+``crf_tagger``'s forward-backward pass, rounded to 4 digits. It is an upper
+bound on the probability of the whole span, and low as soon as one token of
+the entity is uncertain. It is computed by the ``crf_ent_confidence``
+component, which ``load_pipeline`` inserts right after the NER tagger: the
+marginals must be taken on the doc the tagger saw (characters), before
+``crf_merge_words`` retokenizes it, and inside the same ``nlp.pipe`` pass so
+that the encoder's output is reused and ``n_process`` works unchanged. The
+values are kept in ``doc.user_data`` by character offsets and attached to
+the final ``doc.ents`` when the record is made.
+"""
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+from spacy.language import Language
+from spacy.tokens import Doc
+
+CONFIDENCE_KEY = "crf_ent_confidence"
+NER_SCHEMES = ("bio", "bioes")
+
+
+def _factory(nlp: Language, name: str) -> str:
+    return nlp.get_pipe_meta(name).factory
+
+
+def crf_components(nlp: Language, schemes) -> List[str]:
+    return [name for name, pipe in nlp.pipeline
+            if _factory(nlp, name) == "crf_tagger" and getattr(pipe, "scheme", None) in schemes]
+
+
+def words_key(nlp: Language) -> Optional[str]:
+    """The span group with the predicted words (the last BMES crf_tagger's), or
+    None when the pipeline has no segmenter (then the tokens are the words)."""
+    names = crf_components(nlp, ("bmes",))
+    return nlp.get_pipe(names[-1]).cfg["spans_key"] if names else None
+
+
+@Language.factory(CONFIDENCE_KEY, default_config={"ner": "crf_ner"})
+def make_ent_confidence(nlp: Language, name: str, ner: str) -> "EntConfidence":
+    """Per-entity confidence from the CRF marginals of the tagger ``ner``
+    (see the module docstring); put it right after that tagger."""
+    return EntConfidence(nlp, name, ner)
+
+
+class EntConfidence:
+    def __init__(self, nlp: Language, name: str, ner: str) -> None:
+        self.name = name
+        self.ner = ner
+        self.tagger = nlp.get_pipe(ner)
+
+    def __call__(self, doc: Doc) -> Doc:
+        return next(iter(self.pipe([doc])))
+
+    def pipe(self, docs, batch_size: int = 128):
+        from spacy.util import minibatch
+
+        from ..pipe import batch_by_length
+
+        tagger = self.tagger
+        index = {tag: i for i, tag in enumerate(tagger.tags)}
+        max_items = tagger.cfg.get("max_batch_items", 4096)
+        for batch in minibatch(docs, size=batch_size):
+            batch = list(batch)
+            for indices in batch_by_length([len(d) for d in batch], max_items):
+                sub = [batch[i] for i in indices]
+                for doc, marginals in zip(sub, tagger.predict_marginals(sub)):
+                    doc.user_data[CONFIDENCE_KEY] = ent_confidences(doc, marginals, index, tagger.scheme)
+            yield from batch
+
+
+def ent_confidences(doc: Doc, marginals, index: Dict[str, int], scheme: str) -> List[list]:
+    """``[[start_char, end_char, label, confidence], ...]`` for ``doc.ents``."""
+    out = []
+    for ent in doc.ents:
+        n = ent.end - ent.start
+        if scheme == "bioes" and n == 1:
+            tags = [f"S-{ent.label_}"]
+        elif scheme == "bioes":
+            tags = [f"B-{ent.label_}"] + [f"I-{ent.label_}"] * (n - 2) + [f"E-{ent.label_}"]
+        else:
+            tags = [f"B-{ent.label_}"] + [f"I-{ent.label_}"] * (n - 1)
+        probs = [float(marginals[ent.start + k][index[t]]) for k, t in enumerate(tags) if t in index]
+        conf = round(min(probs), 4) if probs else None
+        out.append([ent.start_char, ent.end_char, ent.label_, conf])
+    return out
+
+
+def add_confidence(nlp: Language) -> str:
+    """Insert ``crf_ent_confidence`` after the (last) NER crf_tagger."""
+    names = crf_components(nlp, NER_SCHEMES)
+    if not names:
+        raise ValueError("--confidence needs a crf_tagger with scheme 'bio' or 'bioes' in the pipeline; "
+                         f"this one has {nlp.pipe_names}")
+    if CONFIDENCE_KEY not in nlp.pipe_names:
+        nlp.add_pipe(CONFIDENCE_KEY, after=names[-1], config={"ner": names[-1]})
+    return names[-1]
+
+
+def annotations(doc: Doc, key: Optional[str], confidence: bool) -> Dict[str, Any]:
+    """Words and entities of an annotated doc, as character offsets."""
+    if key is not None and key in doc.spans:
+        words = [[s.start_char, s.end_char] for s in doc.spans[key]]
+    else:
+        words = [[t.idx, t.idx + len(t)] for t in doc if not t.is_space]
+    if confidence:
+        conf: Dict[Tuple[int, int, str], Any] = {
+            (s, e, label): c for s, e, label, c in doc.user_data.get(CONFIDENCE_KEY, [])}
+        ents = [{"start": e.start_char, "end": e.end_char, "label": e.label_,
+                 "confidence": conf.get((e.start_char, e.end_char, e.label_))} for e in doc.ents]
+    else:
+        ents = [{"start": e.start_char, "end": e.end_char, "label": e.label_} for e in doc.ents]
+    return {"words": words, "ents": ents}
+
+
+def make_record(text: str, meta: str, ann: Dict[str, Any]) -> Dict[str, Any]:
+    """The output record: id, text, words, ents, then the carried fields."""
+    m = json.loads(meta)
+    record = {"id": m["id"], "text": text, "words": ann["words"], "ents": ann["ents"]}
+    record.update(m["fields"])
+    return record

@@ -1,0 +1,205 @@
+"""``annotate()``: run a pipeline over a corpus of shards, resumably.
+
+OUTPUT is a folder (one output file per input shard, same relative path,
+the format's extension) unless it ends in ``.jsonl``/``.parquet``/``.spacy``
+and the input is one file: then it is that file. Each output is written as
+``.NAME.partial`` and renamed once its record count equals the count read;
+a rerun skips outputs that exist (``resume``) and redoes the rest. Per-shard
+counts and skipped records are kept in ``OUTPUT/.annotate/`` (renamed into
+place before the output is), and ``errors.jsonl`` is rebuilt from them at
+the end, so a shard redone after a crash never lists its errors twice.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .engines import ENGINES
+from .io import (
+    OUTPUT_FORMATS,
+    STATE_DIR,
+    AnnotateError,
+    dumps,
+    find_shards,
+    make_writer,
+    output_path,
+)
+from .records import make_record
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.partial"
+    tmp.write_text(text, encoding="utf8")
+    os.replace(tmp, path)
+
+
+class _Progress:
+    """docs/s and chars/s on a tqdm bar (or nothing)."""
+
+    def __init__(self, enabled: bool, total_shards: int) -> None:
+        self.bar = None
+        self.chars = 0
+        self.start = time.perf_counter()
+        self.last = 0.0
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit=" docs", desc=f"annotate ({total_shards} shards)", file=sys.stderr, mininterval=0.5)
+
+    def update(self, chars: int) -> None:
+        self.chars += chars
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        now = time.perf_counter()
+        if now - self.last > 0.5:
+            self.last = now
+            self.bar.set_postfix_str(f"{self.chars / max(now - self.start, 1e-9):,.0f} chars/s", refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def annotate(
+    pipeline,
+    input: str,
+    output: str,
+    *,
+    fmt: Optional[str] = None,
+    text_key: str = "text",
+    id_key: str = "id",
+    engine: str = "local",
+    n_process: int = 1,
+    batch_size: int = 64,
+    threads: Optional[int] = None,
+    address: Optional[str] = None,
+    workers: int = 1,
+    cpus_per_worker: float = 1.0,
+    gpus_per_worker: float = 0.0,
+    confidence: bool = False,
+    resume: bool = True,
+    on_error: str = "raise",
+    progress: bool = True,
+) -> Dict[str, Any]:
+    """Annotate INPUT (a file, folder or glob of .txt/.jsonl/.parquet shards,
+    optionally gzipped) with ``pipeline`` into OUTPUT; return the summary.
+
+    Raises ``AnnotateError`` on a bad record (``on_error="raise"``, naming
+    the file and line) and on a shard whose written count differs from its
+    read count (naming the shard); the finished shards stay and a rerun
+    continues from there.
+    """
+    start = time.perf_counter()
+    if engine not in ENGINES:
+        raise AnnotateError(f"unknown engine {engine!r}; use one of {sorted(ENGINES)}")
+    if on_error not in ("raise", "skip"):
+        raise AnnotateError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    root, shards = find_shards(str(input))
+    out = Path(output)
+    by_ext = next((f for f, ext in OUTPUT_FORMATS.items() if out.name.endswith(ext)), None)
+    if fmt is None:
+        fmt = by_ext or "jsonl"
+    if fmt not in OUTPUT_FORMATS:
+        raise AnnotateError(f"unknown format {fmt!r}; use one of {sorted(OUTPUT_FORMATS)}")
+    if by_ext is not None:
+        if by_ext != fmt:
+            raise AnnotateError(f"{out}: extension says {by_ext!r} but the format is {fmt!r}")
+        if len(shards) > 1:
+            raise AnnotateError(f"{out}: one output file for {len(shards)} input shards; give a folder instead")
+        finals = [out]
+        out_dir = out.parent
+        errors_path = out.parent / (out.name[: -len(OUTPUT_FORMATS[fmt])] + ".errors.jsonl")
+    else:
+        finals = [output_path(s, root, out, fmt) for s in shards]
+        out_dir = out
+        errors_path = out / "errors.jsonl"
+        seen: Dict[Path, Path] = {}
+        for shard, final in zip(shards, finals):
+            if final in seen:
+                raise AnnotateError(f"{seen[final]} and {shard} would both be written to {final}")
+            seen[final] = shard
+    names = [str(s.relative_to(root)) for s in shards]
+    states = [out_dir / STATE_DIR / (str(f.relative_to(out_dir)) + ".json") for f in finals]
+    pending = [i for i, f in enumerate(finals) if not (resume and f.exists() and states[i].exists())]
+    todo = [(i, str(shards[i]), names[i]) for i in pending]
+
+    stream = ENGINES[engine](
+        pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
+        threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
+        address=address, confidence=confidence, fmt=fmt, progress=progress,
+        gpu=gpus_per_worker > 0,
+    )
+    bar = _Progress(progress, len(todo))
+    writers: Dict[int, Any] = {}
+    errors: Dict[int, List[Dict[str, Any]]] = {}
+    finished: List[int] = []
+    shard_chars: Dict[int, int] = {}
+    docs = chars = skipped = 0
+    try:
+        for row in stream:
+            i = row["shard"]
+            kind = row["kind"]
+            if kind == "doc":
+                if i not in writers:
+                    writers[i] = make_writer(fmt, finals[i], confidence)
+                ann = json.loads(row["ann"]) if row["ann"] is not None else {"words": [], "ents": []}
+                writers[i].add(make_record(row["text"], row["meta"], ann), row["doc"])
+                docs += 1
+                chars += len(row["text"])
+                shard_chars[i] = shard_chars.get(i, 0) + len(row["text"])
+                bar.update(len(row["text"]))
+            elif kind == "error":
+                if on_error == "raise":
+                    raise AnnotateError(f"{shards[i]}, line {row['line']}: {row['error']} "
+                                        "(pass --on-error skip to log it to errors.jsonl and go on)")
+                errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
+                skipped += 1
+            else:  # "end": the shard is complete; check and commit it
+                counts = json.loads(row["meta"])
+                writer = writers.pop(i, None) or make_writer(fmt, finals[i], confidence)
+                n_errors = len(errors.get(i, []))
+                if writer.count != counts["docs"] or n_errors != counts["errors"]:
+                    writer.abort()
+                    raise AnnotateError(
+                        f"shard {shards[i]}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
+                        f"{writer.count} ({n_errors} bad); its output was not finished")
+                err_text = "".join(dumps(e) + "\n" for e in errors.pop(i, []))
+                _write_atomic(states[i].with_suffix(".errors.jsonl"), err_text)
+                _write_atomic(states[i], dumps({"shard": str(shards[i]), "output": str(finals[i]),
+                                                "records": writer.count, "skipped": n_errors,
+                                                "chars": shard_chars.pop(i, 0)}) + "\n")
+                writer.commit()
+                finished.append(i)
+    finally:
+        bar.close()
+        for writer in writers.values():
+            writer.abort()
+        close = getattr(stream, "close", None)
+        if close:
+            close()
+    lost = [str(shards[i]) for i in pending if i not in finished]
+    if lost:
+        raise AnnotateError(f"the engine returned no end for shard(s) {', '.join(lost)}: records were lost; rerun to redo them")
+    # errors.jsonl: the skipped records of every finished shard, in shard order
+    err_lines = []
+    for st in states:
+        err_file = st.with_suffix(".errors.jsonl")
+        if err_file.exists():
+            err_lines.append(err_file.read_text(encoding="utf8"))
+    if any(err_lines):
+        _write_atomic(errors_path, "".join(err_lines))
+    elif errors_path.exists():
+        errors_path.unlink()
+    seconds = time.perf_counter() - start
+    return {
+        "docs": docs, "chars": chars, "seconds": round(seconds, 3),
+        "docs_per_s": round(docs / seconds, 1) if seconds else 0.0,
+        "chars_per_s": round(chars / seconds, 1) if seconds else 0.0,
+        "skipped": skipped, "shards": len(shards), "shards_written": len(finished),
+        "shards_resumed": len(shards) - len(pending), "errors_file": str(errors_path) if any(err_lines) else None,
+        "engine": engine, "format": fmt,
+    }
