@@ -4,92 +4,300 @@ A Chinese pipeline tokenizes into characters; the segmentation component
 (``crf_tagger`` with the BMES scheme) writes its predicted words as the span
 group ``doc.spans[spans_key]`` and leaves the tokens alone, so that other
 components can keep working on characters. This component runs last and
-retokenizes the doc so that its tokens are the words.
+returns a doc whose tokens are the words.
 
 Guarantees:
 
 * ``doc.text`` is unchanged.
-* ``doc.ents`` is unchanged (same character offsets, labels, KB ids): where a
-  word crosses an entity boundary the entity wins, i.e. the token boundaries
-  are the word boundaries plus the entity boundaries. The same holds for the
-  spans of every *other* span group, so that none of them is left pointing
-  inside a merged token.
+* No entity is lost. Where a word crosses an entity boundary, the
+  ``entity_policy`` decides:
+
+  - ``"split"`` (default): the entity wins, i.e. the token boundaries are the
+    word boundaries plus the entity boundaries, and ``doc.ents`` is unchanged
+    (same character offsets, labels, KB ids, entity ids).
+  - ``"keep_words"``: the word wins. ``doc.ents`` holds the entities that
+    line up with the tokens; every other entity goes to the span group
+    ``doc.spans[unaligned_ents_key]`` (default ``"ents_chars"``; always
+    written under this policy, empty when all entities line up). A span
+    there covers the tokens the entity touches and carries its label, KB id
+    and entity id; the entity's exact character offsets are
+    ``group.attrs["char_offsets"][i]`` for the group's ``i``-th span.
+    :func:`char_entities` returns all entities by character offsets under
+    either policy. Segmentation standards (SXU) and entity standards (MSRA)
+    disagree on where words end, so ``split`` cuts words the segmenter got
+    right by its own standard, and ``keep_words`` keeps them.
+* The spans of every *other* span group keep their boundaries under both
+  policies (a word crossing one is split), so that none of them is left
+  pointing inside a token; the groups keep their names and ``attrs``.
 * Whitespace never ends up inside a word: whitespace tokens stay as they are,
   and a token with trailing whitespace always ends a merged token.
 * Tokens not covered by any word span stay as they are.
-* Span groups (the words included) stay valid. spaCy 3.8 does *not* update
-  span groups on retokenization (their spans keep the old token indices), so
-  every group is rebuilt from its character offsets after the merge; this
-  is exact because every span boundary is kept as a token boundary.
+* A merged token takes what spaCy's ``Retokenizer.merge`` gives it, so that
+  both ways agree token by token: tag, POS, morphology and sentence start of
+  its first character (the span root spaCy takes when there is no parse), the
+  lemma concatenated from the characters' lemmas, no norm of its own (the
+  lexeme's), entity annotation as above, and the ``doc.tensor`` row of its
+  last character; where the vocab has vectors and the word none, the vocab
+  gets the mean of its characters' vectors for it. ``doc.user_data`` (so ``doc._`` extension values,
+  ``doc._.trf_data`` included), ``doc.cats``, the user hooks and the
+  ``nlp.pipe(..., as_tuples=True)`` context are carried over as they are.
+  ``doc._.trf_data`` keeps its alignment to the *character* tokens, as an
+  in-place retokenization leaves it too.
+* Words are merged in one linear pass: the merged doc is a new ``Doc`` built
+  from the words, with the annotations and span groups above carried over
+  (spaCy's ``Retokenizer.merge`` is quadratic in the number of merged
+  words). Use the returned doc: the input doc is left unchanged. A doc with
+  a dependency parse over its characters is the exception: it is
+  retokenized in place by spaCy's retokenizer, which also remaps the heads.
 
 The component has no state besides its config, so it survives
 ``nlp.to_disk``/``spacy.load`` and ``nlp.pipe(..., n_process=2)``.
 """
-from typing import List, Set, Tuple
+from typing import List, Tuple
 
+import numpy
+from spacy.attrs import (
+    ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE, IS_SPACE, LEMMA, MORPH, NORM, ORTH, POS, SENT_START, SPACY, TAG,
+)
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
+# The segmenter's default span group (kept here so that this module depends
+# on nothing else in the package).
 DEFAULT_SPANS_KEY = "words"
+DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
+ENTITY_POLICIES = ("split", "keep_words")
+#: ``attrs`` key of the unaligned-entities group: ``[start_char, end_char]``
+#: of each of its spans, in order.
+CHAR_OFFSETS = "char_offsets"
+
+# Token attributes carried from a merged token's first character token.
+_TOKEN_ATTRS = [TAG, POS, MORPH, LEMMA, NORM, SENT_START]
+_ENT_ATTRS = [ENT_IOB, ENT_TYPE, ENT_KB_ID, ENT_ID]
+_IOB_O = 2
 
 
 class MergeWordsError(ValueError):
-    """The doc does not carry usable predicted words."""
+    """The doc does not carry usable predicted words, or the config is wrong."""
 
 
 @Language.factory(
     "crf_merge_words",
-    default_config={"spans_key": DEFAULT_SPANS_KEY},
+    default_config={
+        "spans_key": DEFAULT_SPANS_KEY,
+        "entity_policy": "split",
+        "unaligned_ents_key": DEFAULT_UNALIGNED_ENTS_KEY,
+    },
     requires=["doc.spans"],
     retokenizes=True,
 )
-def make_merge_words(nlp: Language, name: str, spans_key: str) -> "MergeWords":
+def make_merge_words(
+    nlp: Language,
+    name: str,
+    spans_key: str,
+    entity_policy: str,
+    unaligned_ents_key: str,
+) -> "MergeWords":
     """Merge the character tokens of each predicted word into one token.
 
     spans_key: the span group with the predicted words (``crf_tagger``'s
         ``spans_key``).
+    entity_policy: what happens where a word crosses an entity boundary.
+        ``"split"`` (default): the word is split there, so that ``doc.ents``
+        stays exactly as the NER component wrote it. ``"keep_words"``: the
+        word stays one token; ``doc.ents`` keeps the entities that line up
+        with the tokens and the others go to ``doc.spans[unaligned_ents_key]``
+        (their exact character offsets in the group's
+        ``attrs["char_offsets"]``). Use ``keep_words`` when the segmenter's
+        standard should decide the tokens, ``split`` when every entity must
+        be a run of whole tokens.
+    unaligned_ents_key: the span group for entities that do not line up with
+        the words under ``keep_words`` (unused under ``split``).
     """
-    return MergeWords(name, spans_key=spans_key)
+    return MergeWords(name, spans_key=spans_key, entity_policy=entity_policy, unaligned_ents_key=unaligned_ents_key)
 
 
 class MergeWords:
-    def __init__(self, name: str = "crf_merge_words", *, spans_key: str = DEFAULT_SPANS_KEY) -> None:
+    def __init__(
+        self,
+        name: str = "crf_merge_words",
+        *,
+        spans_key: str = DEFAULT_SPANS_KEY,
+        entity_policy: str = "split",
+        unaligned_ents_key: str = DEFAULT_UNALIGNED_ENTS_KEY,
+    ) -> None:
+        _check_config(spans_key, entity_policy, unaligned_ents_key, name)
         self.name = name
         self.spans_key = spans_key
+        self.entity_policy = entity_policy
+        self.unaligned_ents_key = unaligned_ents_key
 
     def __call__(self, doc: Doc) -> Doc:
-        return merge_words(doc, self.spans_key, component=self.name)
+        return merge_words(
+            doc,
+            self.spans_key,
+            entity_policy=self.entity_policy,
+            unaligned_ents_key=self.unaligned_ents_key,
+            component=self.name,
+        )
 
 
-def _ents_key(doc: Doc) -> List[Tuple[int, int, str, str, str]]:
-    return [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+def _check_config(spans_key: str, entity_policy: str, unaligned_ents_key: str, component: str) -> None:
+    if entity_policy not in ENTITY_POLICIES:
+        raise MergeWordsError(
+            f"[{component}] unknown entity_policy {entity_policy!r}; use one of {', '.join(ENTITY_POLICIES)}"
+        )
+    if entity_policy == "keep_words" and unaligned_ents_key == spans_key:
+        raise MergeWordsError(
+            f"[{component}] unaligned_ents_key and spans_key are both {spans_key!r}; they must differ"
+        )
 
 
-def _char_span(doc: Doc, start: int, end: int, label: int, kb_id: int, span_id: int, component: str) -> Span:
-    span = doc.char_span(start, end, label=label, kb_id=kb_id, span_id=span_id, alignment_mode="strict")
-    if span is None:  # pragma: no cover - every span boundary is kept as a token boundary
-        raise RuntimeError(f"[{component}] span at chars {start}-{end} no longer aligns with the tokens")
-    return span
+def char_entities(
+    doc: Doc, unaligned_ents_key: str = DEFAULT_UNALIGNED_ENTS_KEY
+) -> List[Tuple[int, int, str, str, str]]:
+    """All entities of a merged doc as ``(start_char, end_char, label, kb_id,
+    ent_id)``, sorted: ``doc.ents`` plus, under ``keep_words``, those recorded
+    in ``doc.spans[unaligned_ents_key]`` at their exact character offsets."""
+    found = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+    if unaligned_ents_key in doc.spans:
+        group = doc.spans[unaligned_ents_key]
+        offsets = group.attrs.get(CHAR_OFFSETS, [])
+        found.extend((s, e, span.label_, span.kb_id_, span.id_) for span, (s, e) in zip(group, offsets))
+    return sorted(found)
 
 
-def merge_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY, *, component: str = "crf_merge_words") -> Doc:
-    """Retokenize ``doc`` in place so that the words of ``doc.spans[spans_key]``
-    become tokens (see the module docstring for the rules). Returns ``doc``.
+def merge_words(
+    doc: Doc,
+    spans_key: str = DEFAULT_SPANS_KEY,
+    *,
+    entity_policy: str = "split",
+    unaligned_ents_key: str = DEFAULT_UNALIGNED_ENTS_KEY,
+    component: str = "crf_merge_words",
+    via_retokenizer: bool = False,
+) -> Doc:
+    """Return ``doc`` with the words of ``doc.spans[spans_key]`` as tokens
+    (see the module docstring for the rules).
+
+    The result is a new ``Doc`` whenever a token changes (``doc`` itself is
+    then left as it was), else ``doc``. ``via_retokenizer`` retokenizes in
+    place with spaCy's ``Retokenizer.merge`` instead, as is done anyway for a
+    doc with a dependency parse; it gives the same tokens and annotations but
+    takes time quadratic in the number of words (kept for comparison).
 
     A missing span group is an error (the pipeline is misconfigured: this
     component must run after the segmenter that writes the group), and so are
     overlapping word spans.
     """
+    _check_config(spans_key, entity_policy, unaligned_ents_key, component)
     if spans_key not in doc.spans:
         raise MergeWordsError(
             f"[{component}] doc.spans[{spans_key!r}] is missing; the component needs the predicted "
             f"words there. Put it after the word segmenter (crf_tagger with scheme 'bmes') and give "
             f"both the same spans_key (have: {sorted(doc.spans.keys())})"
         )
+    keep_words = entity_policy == "keep_words"
+    if keep_words and unaligned_ents_key in doc.spans:
+        raise MergeWordsError(
+            f"[{component}] doc.spans[{unaligned_ents_key!r}] already exists; under entity_policy "
+            f"'keep_words' the component writes that group. Choose another unaligned_ents_key"
+        )
     n = len(doc)
-    if n == 0:
+    # Every span group as rows (start, end, label, kb_id, id), words included.
+    groups = [
+        (key, group.name, dict(group.attrs), [(s.start, s.end, s.label, s.kb_id, s.id) for s in group])
+        for key, group in doc.spans.items()
+    ]
+    bounds = {key: _bounds(rows) for key, _, _, rows in groups}
+    words = bounds[spans_key]
+    words = words[words[:, 1] > words[:, 0]]  # an empty word covers nothing
+    order = numpy.argsort(words[:, 0], kind="stable")
+    starts_sorted, ends_sorted = words[order, 0], words[order, 1]
+    if len(words) > 1 and (starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1]).any():
+        _raise_overlap(doc, spans_key, component)
+    ents = list(doc.ents)
+    ent_bounds = _bounds([(e.start, e.end) for e in ents])
+    # cut[i]: a token starts at character token i (cut[n]: the end of the doc).
+    cut = numpy.zeros(n + 1, dtype=bool)
+    cut[0] = cut[n] = True
+    if not keep_words:
+        cut[ent_bounds.ravel()] = True
+    for key, group_bounds in bounds.items():
+        if key != spans_key:
+            cut[group_bounds.ravel()] = True
+    if n:
+        # inner[i]: token i continues the word of token i - 1.
+        steps = numpy.zeros(n + 1, dtype=numpy.int64)
+        numpy.add.at(steps, starts_sorted + 1, 1)
+        numpy.add.at(steps, ends_sorted, -1)
+        inner = numpy.cumsum(steps[:n]) > 0
+        layout = doc.to_array([SPACY, IS_SPACE]).astype(bool)
+        space_before = numpy.zeros(n, dtype=bool)
+        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]
+        cut[:n] |= ~inner | space_before | layout[:, 1]
+    starts = numpy.flatnonzero(cut)  # first character token of each new token, then n
+    n_new = len(starts) - 1
+    aligned = cut[ent_bounds[:, 0]] & cut[ent_bounds[:, 1]]
+    unaligned = [ent for ent, ok in zip(ents, aligned.tolist()) if not ok]
+    if n_new == n and not unaligned:  # nothing to merge
+        if keep_words:
+            doc.spans[unaligned_ents_key] = SpanGroup(doc, name=unaligned_ents_key, attrs={CHAR_OFFSETS: []})
         return doc
-    owner = [-1] * n
+    # new_index[i]: the new token that holds character token i (new_index[n]:
+    # n_new). Span boundaries map through it, as each is a token start or n.
+    new_index = numpy.append(numpy.repeat(numpy.arange(n_new), numpy.diff(starts)), n_new)
+    # Entity annotation per character token; under keep_words the characters
+    # of unaligned entities become "O" (their entities move to the group).
+    ent_rows = doc.to_array(_ENT_ATTRS).reshape((n, len(_ENT_ATTRS)))
+    for ent in unaligned:
+        ent_rows[ent.start:ent.end] = (_IOB_O, 0, 0, 0)
+    unaligned_rows = [
+        (int(new_index[e.start]), int(new_index[e.end - 1]) + 1, e.label, e.kb_id, e.id, [e.start_char, e.end_char])
+        for e in unaligned
+    ]
+    ents_before = [
+        (e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e, ok in zip(ents, aligned.tolist()) if ok
+    ]
+    if via_retokenizer or doc.has_annotation("DEP"):
+        merged = _merge_in_place(doc, starts)
+    else:
+        merged = _merge_into_new_doc(doc, starts)
+    merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))
+    for key, name, attrs, rows in groups:
+        new_starts = new_index[bounds[key][:, 0]].tolist()
+        new_ends = new_index[bounds[key][:, 1]].tolist()
+        merged.spans[key] = SpanGroup(
+            merged,
+            name=name,
+            attrs=attrs,
+            spans=[
+                Span(merged, s, e, label=row[2], kb_id=row[3], span_id=row[4])
+                for s, e, row in zip(new_starts, new_ends, rows)
+            ],
+        )
+    if keep_words:
+        merged.spans[unaligned_ents_key] = SpanGroup(
+            merged,
+            name=unaligned_ents_key,
+            attrs={CHAR_OFFSETS: [offsets for *_, offsets in unaligned_rows]},
+            spans=[
+                Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id)
+                for s, e, label, kb_id, span_id, _ in unaligned_rows
+            ],
+        )
+    if [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in merged.ents] != ents_before:
+        raise RuntimeError(f"[{component}] merging words changed the entities of {doc.text[:30]!r}")  # pragma: no cover
+    return merged
+
+
+def _bounds(rows) -> numpy.ndarray:
+    """Token (start, end) of each row as an int array of shape (len(rows), 2)."""
+    return numpy.array([row[:2] for row in rows], dtype=numpy.int64).reshape((len(rows), 2))
+
+
+def _raise_overlap(doc: Doc, spans_key: str, component: str) -> None:
+    """Name the first token that two word spans share (in the group's order)."""
+    owner = [-1] * len(doc)
     for w, span in enumerate(doc.spans[spans_key]):
         for i in range(span.start, span.end):
             if owner[i] != -1:
@@ -98,49 +306,67 @@ def merge_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY, *, component: str 
                     f"({doc[i].text!r}, char {doc[i].idx}); words must not overlap"
                 )
             owner[i] = w
-    # Boundaries that must survive: those of entities and of other span groups.
-    keep: Set[int] = set()
-    for ent in doc.ents:
-        keep.update((ent.start, ent.end))
-    for key, group in doc.spans.items():
-        if key != spans_key:
-            for span in group:
-                keep.update((span.start, span.end))
-    ents_before = _ents_key(doc)
-    groups_before = {
-        key: (group.name, dict(group.attrs), [(s.start_char, s.end_char, s.label, s.kb_id, s.id) for s in group])
-        for key, group in doc.spans.items()
-    }
-    merges: List[Tuple[int, int]] = []
-    start = 0
-    for i in range(1, n + 1):
-        joins = (
-            i < n
-            and owner[i] != -1
-            and owner[i] == owner[i - 1]
-            and i not in keep
-            and not doc[i - 1].whitespace_
-            and not doc[i - 1].is_space
-            and not doc[i].is_space
-        )
-        if not joins:
-            if i - start > 1:
-                merges.append((start, i))
-            start = i
-    if not merges:
-        return doc
+    raise AssertionError("no overlap found")  # pragma: no cover
+
+
+def _merge_in_place(doc: Doc, starts: numpy.ndarray) -> Doc:
+    """spaCy's way: ``Retokenizer.merge`` per merged token (quadratic)."""
     with doc.retokenize() as retokenizer:
-        for s, e in merges:
-            retokenizer.merge(doc[s:e])
-    for key, (name, attrs, spans) in groups_before.items():
-        doc.spans[key] = SpanGroup(doc, name=name, attrs=attrs, spans=[_char_span(doc, *s, component) for s in spans])
-    if _ents_key(doc) != ents_before:
-        # The retokenizer takes a merged token's entity tag from the span root;
-        # restore the entities from their character offsets.
-        doc.set_ents(
-            [_char_span(doc, s, e, label, kb_id, span_id, component) for s, e, label, kb_id, span_id in ents_before],
-            default="unmodified",
-        )
-        if _ents_key(doc) != ents_before:  # pragma: no cover - would be a bug above
-            raise RuntimeError(f"[{component}] merging words changed the entities of {doc.text[:30]!r}")
+        for s, e in zip(starts.tolist(), starts[1:].tolist()):
+            if e - s > 1:
+                retokenizer.merge(doc[s:e])
     return doc
+
+
+def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
+    """One linear pass: a new ``Doc`` from the words, with what
+    ``Retokenizer.merge`` would keep carried over (entities and span groups are
+    set by the caller)."""
+    vocab = doc.vocab
+    first, last = starts[:-1], starts[1:] - 1
+    bounds = starts.tolist()
+    # (doc.text would build a Token object per character)
+    strings = vocab.strings
+    chars = [strings[orth] for orth in doc.to_array(ORTH).tolist()]
+    words = ["".join(chars[s:e]) if e - s > 1 else chars[s] for s, e in zip(bounds, bounds[1:])]
+    merged = Doc(vocab, words=words, spaces=doc.to_array(SPACY)[last].astype(bool).tolist())
+    char_rows = doc.to_array(_TOKEN_ATTRS)
+    rows = numpy.ascontiguousarray(char_rows[first])
+    # Retokenizer.merge: a merged token has no norm of its own, its lemma is
+    # its characters' lemmas joined (no whitespace inside a merged token), and
+    # a merged word without a vector gets the mean of its characters' vectors.
+    multi = numpy.flatnonzero(last > first).tolist()
+    rows[multi, _TOKEN_ATTRS.index(NORM)] = 0
+    if char_rows[:, _TOKEN_ATTRS.index(LEMMA)].any():
+        rows[multi, _TOKEN_ATTRS.index(LEMMA)] = [
+            vocab.strings.add("".join(t.lemma_ for t in doc[bounds[j]:bounds[j + 1]])) for j in multi
+        ]
+    if vocab.vectors_length:
+        for j in multi:
+            if not vocab.get_vector(words[j]).any():
+                vocab.set_vector(words[j], doc[bounds[j]:bounds[j + 1]].vector)
+    merged.from_array(_TOKEN_ATTRS, rows)
+    if doc.tensor is not None and getattr(doc.tensor, "size", 0) != 0:
+        tensor = doc.tensor
+        merged.tensor = tensor[last] if isinstance(tensor, numpy.ndarray) else tensor[_to_xp(tensor, last)]
+    else:
+        merged.tensor = doc.tensor
+    merged.user_data = dict(doc.user_data)
+    merged.cats = dict(doc.cats)
+    merged.user_hooks = dict(doc.user_hooks)
+    merged.user_token_hooks = dict(doc.user_token_hooks)
+    merged.user_span_hooks = dict(doc.user_span_hooks)
+    merged.has_unknown_spaces = doc.has_unknown_spaces
+    merged._context = doc._context
+    merged._vector = doc._vector
+    merged._vector_norm = doc._vector_norm
+    merged.sentiment = doc.sentiment
+    merged.noun_chunks_iterator = doc.noun_chunks_iterator
+    return merged
+
+
+def _to_xp(array, index: numpy.ndarray):
+    """``index`` on the device of ``array`` (a GPU tensor takes a GPU index)."""
+    from thinc.api import get_array_module
+
+    return get_array_module(array).asarray(index)

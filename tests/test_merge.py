@@ -1,13 +1,20 @@
 """crf_merge_words: predicted words (a span group over characters) become tokens."""
 import os
 import random
+from typing import List, Set, Tuple
 
+import numpy
 import pytest
 import spacy
 from spacy.language import Language
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, SpanGroup
 
-from spacy_crf.merge import MergeWordsError, make_merge_words, merge_words  # noqa: F401 (registers the factory)
+from spacy_crf.merge import (  # noqa: F401 (importing the module registers the factory)
+    CHAR_OFFSETS,
+    MergeWordsError,
+    char_entities,
+    merge_words,
+)
 
 LEXICON = ["北京大学", "北京", "大学生", "天安门", "我们", "iPhone", "New", "York", "👨\u200d👩\u200d👧"]
 
@@ -71,42 +78,171 @@ def assert_valid_groups(doc):
 
 
 def merged(doc, key="words"):
+    """The merged doc's tokens; checks that text, entities and span groups
+    (by char offsets) are unchanged and that the input doc is left alone."""
     before = snapshot(doc)
-    merge_words(doc, key)
-    assert snapshot(doc) == before  # text, entities and span groups by char offsets
-    assert_valid_groups(doc)
-    return tokens(doc)
+    input_tokens = tokens(doc)
+    out = merge_words(doc, key)
+    assert snapshot(out) == before
+    assert snapshot(doc) == before and tokens(doc) == input_tokens
+    assert_valid_groups(out)
+    return tokens(out)
+
+
+def old_merge_words(doc: Doc, spans_key: str = "words") -> Doc:
+    """Reference oracle: the implementation before the linear rewrite, verbatim
+    but for the error messages (retokenizes in place with Retokenizer.merge)."""
+    n = len(doc)
+    if n == 0:
+        return doc
+    owner = [-1] * n
+    for w, span in enumerate(doc.spans[spans_key]):
+        for i in range(span.start, span.end):
+            assert owner[i] == -1
+            owner[i] = w
+    keep: Set[int] = set()
+    for ent in doc.ents:
+        keep.update((ent.start, ent.end))
+    for key, group in doc.spans.items():
+        if key != spans_key:
+            for span in group:
+                keep.update((span.start, span.end))
+    ents_before = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+    groups_before = {
+        key: (group.name, dict(group.attrs), [(s.start_char, s.end_char, s.label, s.kb_id, s.id) for s in group])
+        for key, group in doc.spans.items()
+    }
+    merges: List[Tuple[int, int]] = []
+    start = 0
+    for i in range(1, n + 1):
+        joins = (
+            i < n
+            and owner[i] != -1
+            and owner[i] == owner[i - 1]
+            and i not in keep
+            and not doc[i - 1].whitespace_
+            and not doc[i - 1].is_space
+            and not doc[i].is_space
+        )
+        if not joins:
+            if i - start > 1:
+                merges.append((start, i))
+            start = i
+    if not merges:
+        return doc
+    with doc.retokenize() as retokenizer:
+        for s, e in merges:
+            retokenizer.merge(doc[s:e])
+
+    def char_span(s, e, label, kb_id, span_id):
+        return doc.char_span(s, e, label=label, kb_id=kb_id, span_id=span_id, alignment_mode="strict")
+
+    for key, (name, attrs, spans) in groups_before.items():
+        doc.spans[key] = SpanGroup(doc, name=name, attrs=attrs, spans=[char_span(*s) for s in spans])
+    if [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents] != ents_before:
+        doc.set_ents([char_span(*e) for e in ents_before], default="unmodified")
+    return doc
+
+
+def token_view(doc):
+    """Everything a token carries that merging could change."""
+    return [
+        (t.text, t.whitespace_, t.idx, t.tag_, t.pos_, str(t.morph), t.lemma_, t.norm_, t.is_sent_start,
+         t.ent_iob_, t.ent_type_, t.ent_kb_id_, t.ent_id_, t.head.i, t.dep_)
+        for t in doc
+    ]
+
+
+def doc_view(doc):
+    tensor = None if doc.tensor is None else numpy.asarray(doc.tensor).tolist()
+    return (
+        token_view(doc),
+        [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents],
+        {k: (g.name, dict(g.attrs), [(s.start, s.end, s.label_, s.kb_id_, s.id_) for s in g])
+         for k, g in doc.spans.items()},
+        tensor,
+        doc.user_data,
+        doc.cats,
+        [doc.has_annotation(a) for a in ("TAG", "POS", "MORPH", "LEMMA", "SENT_START", "ENT_IOB", "DEP")],
+    )
+
+
+def random_doc(nlp, rng, max_len=30, annotate=True):
+    """Random text (CJK, Latin, emoji, spaces of several kinds), random word
+    segmentation (possibly with gaps), random entities with KB and entity ids,
+    a second span group, and random token annotation, tensor, user_data, cats."""
+    alphabet = list("我们在北京工作ab1。") + [" ", "  ", "\u3000", "\n", "😀", "👨\u200d👩\u200d👧"]
+    doc = nlp.make_doc("".join(rng.choice(alphabet) for _ in range(rng.randint(0, max_len))))
+    words, i = [], 0
+    while i < len(doc):
+        n = rng.randint(1, 5)
+        if rng.random() < 0.9:
+            words.append(doc[i:min(i + n, len(doc))])
+        i += n
+    doc.spans["words"] = words
+    ents, i = [], 0
+    while i < len(doc):
+        n = rng.randint(1, 4)
+        if rng.random() < 0.3 and not doc[i].is_space:
+            ents.append(Span(doc, i, min(i + n, len(doc)), label=rng.choice(["PER", "LOC"]),
+                             kb_id=rng.choice(["", "Q1"]), span_id=rng.choice(["", "id7"])))
+        i += n
+    doc.ents = ents
+    if rng.random() < 0.5 and len(doc):
+        s = rng.randrange(len(doc))
+        e = rng.randint(s + 1, min(s + 4, len(doc)))
+        doc.spans["mentions"] = SpanGroup(doc, name="mentions", attrs={"source": "rule"},
+                                          spans=[Span(doc, s, e, label="M", kb_id="Q2", span_id="m1")])
+    if annotate:
+        for t in doc:
+            if rng.random() < 0.8:
+                t.tag_ = rng.choice(["NN", "VV", "PU"])
+                t.pos_ = rng.choice(["NOUN", "VERB", "PUNCT"])
+                t.set_morph(rng.choice(["", "Number=Sing"]))
+                t.lemma_ = t.text.upper()
+            if rng.random() < 0.2:
+                t.norm_ = t.text + "!"
+            if t.i and rng.random() < 0.2:
+                t.is_sent_start = True
+        doc.tensor = numpy.arange(len(doc) * 3, dtype="float32").reshape((len(doc), 3))
+        doc.user_data["note"] = rng.random()
+        doc.cats = {"POS": rng.random()}
+    return doc
 
 
 def test_words_become_tokens(nlp):
     doc = make(nlp, "我爱北京天安门", [(0, 1), (1, 2), (2, 4), (4, 7)])
     assert merged(doc) == ["我", "爱", "北京", "天安门"]
-    assert [(s.start, s.end) for s in doc.spans["words"]] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    out = merge_words(doc)
+    assert [(s.start, s.end) for s in out.spans["words"]] == [(0, 1), (1, 2), (2, 3), (3, 4)]
 
 
 def test_word_crossing_entity_start_and_end(nlp):
     # words 他 | 去北 | 京大学 ; entity 北京: both words cross a boundary of it
     doc = make(nlp, "他去北京大学", [(0, 1), (1, 3), (3, 6)], ents=[(2, 4, "LOC")])
     assert merged(doc) == ["他", "去", "北", "京", "大学"]
-    assert [(e.text, e.label_) for e in doc.ents] == [("北京", "LOC")]
+    out = merge_words(doc)
+    assert [(e.text, e.label_) for e in out.ents] == [("北京", "LOC")]
     # the word span still covers its characters, now over two tokens
-    assert [s.text for s in doc.spans["words"]] == ["他", "去北", "京大学"]
+    assert [s.text for s in out.spans["words"]] == ["他", "去北", "京大学"]
 
 
 def test_entity_inside_a_word_and_adjacent_entities(nlp):
     doc = make(nlp, "北京大学生", [(0, 5)], ents=[(0, 2, "LOC")])
     assert merged(doc) == ["北京", "大学生"]
-    assert doc.ents[0].text == "北京" and doc[0].ent_iob_ == "B"
+    out = merge_words(doc)
+    assert out.ents[0].text == "北京" and out[0].ent_iob_ == "B"
     doc = make(nlp, "张三李四来了", [(0, 4), (4, 6)], ents=[(0, 2, "PER"), (2, 4, "PER")])
     assert merged(doc) == ["张三", "李四", "来了"]
-    assert [e.text for e in doc.ents] == ["张三", "李四"]
+    assert [e.text for e in merge_words(doc).ents] == ["张三", "李四"]
 
 
 def test_entity_ids_are_kept(nlp):
     doc = make(nlp, "在北京大学", [(0, 1), (1, 5)])
-    doc.ents = [Span(doc, 1, 5, label="ORG", kb_id="Q16952")]
+    doc.ents = [Span(doc, 1, 5, label="ORG", kb_id="Q16952", span_id="pku")]
     assert merged(doc) == ["在", "北京大学"]
-    assert (doc.ents[0].text, doc.ents[0].kb_id_) == ("北京大学", "Q16952")
+    out = merge_words(doc)
+    assert (out.ents[0].text, out.ents[0].kb_id_, out.ents[0].id_) == ("北京大学", "Q16952", "pku")
 
 
 def test_whitespace_never_inside_a_word(nlp):
@@ -116,8 +252,9 @@ def test_whitespace_never_inside_a_word(nlp):
     doc = nlp.make_doc(text)
     doc.spans["words"] = [doc.char_span(0, 8), doc.char_span(9, 13), doc.char_span(14, 15)]
     assert merged(doc) == ["New", "York", "你", " ", "好", "\u3000", "们"]
-    assert doc.text == text
-    assert [t.whitespace_ for t in doc][:2] == [" ", " "]
+    out = merge_words(doc)
+    assert out.text == text
+    assert [t.whitespace_ for t in out][:2] == [" ", " "]
 
 
 def test_uncovered_tokens_stay(nlp):
@@ -140,22 +277,46 @@ def test_empty_doc(nlp):
     doc = nlp.make_doc("")
     doc.spans["words"] = []
     assert merged(doc) == []
+    doc = nlp.make_doc("")
+    doc.spans["words"] = []
+    assert list(merge_words(doc, entity_policy="keep_words").spans["ents_chars"]) == []
 
 
-def test_missing_group_and_overlaps_are_errors(nlp):
+def test_missing_group_overlaps_and_bad_config_are_errors(nlp):
     doc = nlp.make_doc("我们")
     with pytest.raises(MergeWordsError, match=r"\[merger\] doc.spans\['words'\] is missing"):
         merge_words(doc, "words", component="merger")
     doc.spans["words"] = [doc[0:2], doc[1:2]]
     with pytest.raises(MergeWordsError, match="overlap at token 1"):
         merge_words(doc)
+    doc.spans["words"] = [doc[1:2], doc[0:2]]  # unsorted groups too
+    with pytest.raises(MergeWordsError, match="overlap at token 1"):
+        merge_words(doc)
+    doc.spans["words"] = [doc[0:2]]
+    with pytest.raises(MergeWordsError, match="unknown entity_policy 'merge'"):
+        merge_words(doc, entity_policy="merge")
+    with pytest.raises(MergeWordsError, match="must differ"):
+        merge_words(doc, entity_policy="keep_words", unaligned_ents_key="words")
+    doc.spans["ents_chars"] = []
+    with pytest.raises(MergeWordsError, match=r"doc.spans\['ents_chars'\] already exists"):
+        merge_words(doc, entity_policy="keep_words")
 
 
 def test_other_span_groups_keep_their_boundaries(nlp):
     doc = make(nlp, "北京大学生活", [(0, 4), (4, 6)])
     doc.spans["mentions"] = [doc.char_span(0, 2, label="LOC"), doc.char_span(3, 5, label="X")]
     assert merged(doc) == ["北京", "大", "学", "生", "活"]
-    assert [(s.text, s.label_) for s in doc.spans["mentions"]] == [("北京", "LOC"), ("学生", "X")]
+    out = merge_words(doc)
+    assert [(s.text, s.label_) for s in out.spans["mentions"]] == [("北京", "LOC"), ("学生", "X")]
+
+
+def test_empty_spans_in_other_groups_survive(nlp):
+    # (the retokenizer-based implementation failed on an empty span at the end)
+    doc = make(nlp, "北京大学", [(0, 4)])
+    doc.spans["marks"] = [doc[2:2], doc[4:4]]
+    out = merge_words(doc)
+    assert tokens(out) == ["北京", "大学"]
+    assert [(s.start, s.end, s.start_char, s.end_char) for s in out.spans["marks"]] == [(1, 1, 2, 2), (2, 2, 4, 4)]
 
 
 def test_random_docs_keep_text_ents_and_groups(nlp):
@@ -191,16 +352,178 @@ def test_random_docs_keep_text_ents_and_groups(nlp):
             or doc[i].is_space
         }
         merged(doc)
-        assert {t.idx for t in doc} == expected
-        assert all(t.is_space or not any(c.isspace() for c in t.text) for t in doc)
+        out = merge_words(doc)
+        assert {t.idx for t in out} == expected
+        assert all(t.is_space or not any(c.isspace() for c in t.text) for t in out)
 
 
-def fake_pipeline():
+def test_property_new_merge_equals_old_retokenizer_merge(nlp):
+    """A few hundred random docs: the linear merge gives what the old
+    Retokenizer.merge implementation gave, token attribute by attribute, and
+    keeps text, entities (offsets, labels, KB ids, ids) and span groups."""
+    rng = random.Random(11)
+    for case in range(300):
+        doc = random_doc(nlp, rng, annotate=case % 3 != 0)
+        before = snapshot(doc)
+        ents = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+        groups = {k: [(s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in g] for k, g in doc.spans.items()}
+        oracle = old_merge_words(doc.copy())
+        out = merge_words(doc)
+        assert out.text == doc.text
+        assert "".join(t.text_with_ws for t in out) == doc.text
+        assert doc_view(out) == doc_view(oracle), (case, doc.text)
+        assert [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in out.ents] == ents
+        assert {k: [(s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in g]
+                for k, g in out.spans.items()} == groups
+        assert_valid_groups(out)
+        assert snapshot(doc) == before  # the input doc is untouched
+        assert merge_words(doc, via_retokenizer=True) is doc and doc_view(doc) == doc_view(oracle)
+
+
+@pytest.mark.parametrize("policy", ["split", "keep_words"])
+def test_property_entity_policies_lose_nothing(nlp, policy):
+    rng = random.Random(5)
+    for case in range(200):
+        doc = random_doc(nlp, rng, annotate=False)
+        ents = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+        out = merge_words(doc, entity_policy=policy)
+        assert out.text == doc.text
+        assert char_entities(out) == ents
+        assert_valid_groups(out)
+        if policy == "keep_words":
+            assert [s.text for s in out.spans["words"]] == [s.text for s in doc.spans["words"]]
+            # the tokens are what split gives without the entities' boundaries
+            plain = doc.copy()
+            plain.ents = []
+            assert tokens(out) == tokens(merge_words(plain))
+
+
+POLICY_CASES = [
+    # (text, words, entity, tokens under split, tokens under keep_words, entity aligned under keep_words)
+    ("他去北京大学生活", [(0, 1), (1, 2), (2, 6), (6, 8)], (2, 4, "LOC"),
+     ["他", "去", "北京", "大学", "生活"], ["他", "去", "北京大学", "生活"], False),  # inside a word
+    ("他去北京大学", [(0, 1), (1, 3), (3, 6)], (2, 4, "LOC"),
+     ["他", "去", "北", "京", "大学"], ["他", "去北", "京大学"], False),  # crossing two words
+    ("他去北京大学", [(0, 1), (1, 2), (2, 6)], (2, 6, "ORG"),
+     ["他", "去", "北京大学"], ["他", "去", "北京大学"], True),  # equal to a word
+    ("我们 在北京大学 New York上学", [(0, 2), (3, 4), (4, 8), (9, 12), (13, 17), (17, 19)], (4, 6, "LOC"),
+     ["我们", "在", "北京", "大学", "New", "York", "上学"],
+     ["我们", "在", "北京大学", "New", "York", "上学"], False),  # nested, in a sentence with spaces
+]
+
+
+@pytest.mark.parametrize("text,words,ent,split_tokens,keep_tokens,aligned", POLICY_CASES)
+def test_entity_policies(nlp, text, words, ent, split_tokens, keep_tokens, aligned):
+    def doc_with_entity():
+        doc = make(nlp, text, words)
+        doc.ents = [doc.char_span(ent[0], ent[1], label=ent[2], kb_id="Q9", alignment_mode="strict")]
+        return doc
+
+    want = [(ent[0], ent[1], ent[2], "Q9", "")]
+    out = merge_words(doc_with_entity(), entity_policy="split")
+    assert (out.text, tokens(out)) == (text, split_tokens)
+    assert [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in out.ents] == want
+    assert "ents_chars" not in out.spans
+
+    out = merge_words(doc_with_entity(), entity_policy="keep_words", unaligned_ents_key="ner_chars")
+    assert (out.text, tokens(out)) == (text, keep_tokens)
+    assert char_entities(out, "ner_chars") == want
+    group = out.spans["ner_chars"]
+    if aligned:
+        assert [(e.start_char, e.end_char, e.label_) for e in out.ents] == [ent]
+        assert list(group) == [] and group.attrs[CHAR_OFFSETS] == []
+    else:
+        assert list(out.ents) == [] and all(t.ent_iob_ == "O" for t in out)
+        [span] = group
+        assert group.attrs[CHAR_OFFSETS] == [[ent[0], ent[1]]]
+        assert (span.label_, span.kb_id_) == (ent[2], "Q9")
+        # the span covers the words the entity touches
+        assert span.start_char <= ent[0] < ent[1] <= span.end_char
+        assert text[ent[0]:ent[1]] in span.text
+    assert_valid_groups(out)
+
+
+def test_keep_words_keeps_aligned_entities_in_doc_ents(nlp):
+    doc = make(nlp, "张三去北京大学", [(0, 2), (2, 3), (3, 7)], ents=[(0, 2, "PER"), (3, 5, "LOC")])
+    out = merge_words(doc, entity_policy="keep_words")
+    assert tokens(out) == ["张三", "去", "北京大学"]
+    assert [(e.text, e.label_) for e in out.ents] == [("张三", "PER")]
+    assert [(s.text, s.label_) for s in out.spans["ents_chars"]] == [("北京大学", "LOC")]
+    assert char_entities(out) == [(0, 2, "PER", "", ""), (3, 5, "LOC", "", "")]
+    assert [t.ent_iob_ for t in out] == ["B", "O", "O"]
+
+
+def test_keep_words_still_keeps_other_groups_boundaries(nlp):
+    doc = make(nlp, "北京大学生活", [(0, 4), (4, 6)], ents=[(1, 3, "LOC")])
+    doc.spans["mentions"] = [doc.char_span(0, 2, label="M")]
+    out = merge_words(doc, entity_policy="keep_words")
+    assert tokens(out) == ["北京", "大学", "生活"]
+    assert [(s.text, s.label_) for s in out.spans["mentions"]] == [("北京", "M")]
+    assert char_entities(out) == [(1, 3, "LOC", "", "")] and list(out.ents) == []
+    assert [s.text for s in out.spans["ents_chars"]] == ["北京大学"]
+
+
+def test_carries_doc_level_data_and_extensions(nlp):
+    if not Doc.has_extension("test_merge_payload"):
+        Doc.set_extension("test_merge_payload", default=None)
+    doc = make(nlp, "我们在北京", [(0, 2), (2, 3), (3, 5)])
+    doc._.test_merge_payload = {"x": 1}
+    doc.cats = {"news": 0.9}
+    doc.user_hooks["has_vector"] = lambda d: True
+    try:
+        from spacy_transformers.data_classes import TransformerData
+        from spacy_transformers.util import install_extensions
+    except ImportError:  # pragma: no cover - spacy-transformers is a dependency
+        TransformerData = None
+    if TransformerData is not None:
+        install_extensions()
+        doc._.trf_data = TransformerData.empty()
+    doc.tensor = numpy.arange(10, dtype="float32").reshape((5, 2))
+    out = merge_words(doc)
+    assert out is not doc and tokens(out) == ["我们", "在", "北京"]
+    assert out._.test_merge_payload == {"x": 1} and out.cats == {"news": 0.9} and out.has_vector
+    if TransformerData is not None:
+        assert out._.trf_data is doc._.trf_data  # alignment still refers to the character tokens
+    assert out.tensor.tolist() == [[2, 3], [4, 5], [8, 9]]  # each word keeps its last character's row
+
+
+def test_vocab_vectors_as_retokenizer(nlp):
+    vec_nlp = spacy.blank("zh")
+    for i, char in enumerate("我们北京"):
+        vec_nlp.vocab.set_vector(char, numpy.full((4,), i + 1, dtype="float32"))
+    doc = make(vec_nlp, "我们在北京", [(0, 2), (2, 3), (3, 5)])
+    oracle = old_merge_words(make(vec_nlp, "我们在北京", [(0, 2), (2, 3), (3, 5)]))
+    out = merge_words(doc)
+    assert [t.vector.tolist() for t in out] == [t.vector.tolist() for t in oracle]
+    assert out[0].vector.tolist() == [1.5] * 4
+
+
+def test_parsed_doc_is_retokenized_in_place(nlp):
+    words = ["我", "们", "在", "北", "京"]
+    def parsed():
+        doc = Doc(nlp.vocab, words=words, spaces=[False] * 5, heads=[1, 2, 2, 4, 2], deps=["a", "b", "ROOT", "c", "d"])
+        doc.spans["words"] = [doc[0:2], doc[2:3], doc[3:5]]
+        doc.ents = [Span(doc, 3, 5, label="LOC")]
+        return doc
+
+    doc = parsed()
+    out = merge_words(doc)
+    assert out is doc and tokens(out) == ["我们", "在", "北京"]
+    assert token_view(out) == token_view(old_merge_words(parsed()))
+    assert [(t.head.i, t.dep_) for t in out] == [(1, "b"), (1, "ROOT"), (1, "d")]
+    doc = parsed()
+    doc.ents = [Span(doc, 1, 3, label="X")]  # 们在 crosses two words
+    out = merge_words(doc, entity_policy="keep_words")
+    assert out is doc and tokens(out) == ["我们", "在", "北京"] and list(out.ents) == []
+    assert char_entities(out) == [(1, 3, "X", "", "")]
+
+
+def fake_pipeline(config=None):
     nlp = spacy.blank("zh")
     nlp.add_pipe("test_merge_fake_segmenter")
     ruler = nlp.add_pipe("entity_ruler")
     ruler.add_patterns([{"label": "LOC", "pattern": "京大"}, {"label": "ORG", "pattern": "天安门"}])
-    nlp.add_pipe("crf_merge_words")
+    nlp.add_pipe("crf_merge_words", config=config or {})
     return nlp
 
 
@@ -216,7 +539,10 @@ EXPECTED = [
 
 def test_pipeline_to_disk_and_multiprocessing(tmp_path):
     nlp = fake_pipeline()
-    assert nlp.get_pipe_config("crf_merge_words") == {"factory": "crf_merge_words", "spans_key": "words"}
+    assert nlp.get_pipe_config("crf_merge_words") == {
+        "factory": "crf_merge_words", "spans_key": "words",
+        "entity_policy": "split", "unaligned_ents_key": "ents_chars",
+    }
     docs = list(nlp.pipe(TEXTS))
     assert [tokens(d) for d in docs] == EXPECTED
     assert [[(e.text, e.label_) for e in d.ents] for d in docs][:2] == [[("京大", "LOC")], [("京大", "LOC"), ("天安门", "ORG")]]
@@ -231,6 +557,26 @@ def test_pipeline_to_disk_and_multiprocessing(tmp_path):
     assert len(pids) == 2 and os.getpid() not in pids  # really ran in two worker processes
     for doc in parallel:
         assert_valid_groups(doc)
+    # contexts travel with the new docs
+    tuples = nlp.pipe(zip(TEXTS[:2], "ab"), as_tuples=True)
+    assert [(tokens(d), c) for d, c in tuples] == list(zip(EXPECTED[:2], "ab"))
+
+
+def test_pipeline_keep_words_to_disk_and_multiprocessing(tmp_path):
+    nlp = fake_pipeline({"entity_policy": "keep_words"})
+    docs = list(nlp.pipe(TEXTS))
+    assert [tokens(d) for d in docs][:2] == [["我们", "在", "北京大学"], ["北京大学", "生", "去", "天安门"]]
+    assert [[(e.text, e.label_) for e in d.ents] for d in docs][:2] == [[], [("天安门", "ORG")]]
+    assert [char_entities(d) for d in docs][:2] == [
+        [(4, 6, "LOC", "", "")], [(1, 3, "LOC", "", ""), (6, 9, "ORG", "", "")],
+    ]
+    nlp.to_disk(tmp_path / "model")
+    loaded = spacy.load(tmp_path / "model")
+    assert loaded.get_pipe("crf_merge_words").entity_policy == "keep_words"
+    parallel = list(loaded.pipe(TEXTS, n_process=2, batch_size=2))
+    assert [(tokens(d), char_entities(d)) for d in parallel] == [(tokens(d), char_entities(d)) for d in docs]
+    for doc in parallel:
+        assert_valid_groups(doc)
 
 
 def test_pipeline_without_segmenter_fails_clearly():
@@ -238,3 +584,5 @@ def test_pipeline_without_segmenter_fails_clearly():
     nlp.add_pipe("crf_merge_words", name="merge", config={"spans_key": "cws"})
     with pytest.raises(MergeWordsError, match=r"\[merge\] doc.spans\['cws'\] is missing"):
         nlp("我们")
+    with pytest.raises(MergeWordsError, match="unknown entity_policy"):
+        nlp.add_pipe("crf_merge_words", name="merge2", config={"entity_policy": "entity"})
