@@ -1,9 +1,22 @@
-"""Shared fixtures: tiny models built locally, never downloaded."""
+"""Shared fixtures: tiny models built locally, never downloaded.
+
+Config text and tiny data sets shared by several test modules are in
+``_configs.py``. The project's scripts (``project/scripts``) import each
+other as siblings, as they do when the project runs them; the directory is
+put on ``sys.path`` here so that their tests can import them the same way.
+"""
 import random
+import sys
+from pathlib import Path
 
 import numpy
 import pytest
 import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT_SCRIPTS = ROOT / "project" / "scripts"
+if str(PROJECT_SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(PROJECT_SCRIPTS))
 
 CHARS = list("我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生")
 

@@ -9,7 +9,10 @@ from thinc.api import Config
 
 from spacy_crf.corpora import JointCorpus
 from spacy_crf.pipe import bmes_gold
-from spacy_crf.scorers import NO_GOLD_WORDS, has_gold_words, score_words
+from spacy_crf.scorers import score_words
+from spacy_crf.util import NO_GOLD_WORDS, has_gold_words
+
+from _configs import JOINT_CONFIG
 
 WORDS = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"]]
 ENTS = [
@@ -78,52 +81,6 @@ def test_word_scores_skip_docs_without_gold_words(tmp_path):
     assert score_words(examples)["words_f"] == 1.0
     only_ner = [eg for eg in examples if not has_gold_words(eg.reference)]
     assert score_words(only_ner)["words_f"] is None
-
-
-JOINT_CONFIG = """
-[nlp]
-lang = "zh"
-pipeline = ["tok2vec", "segmenter", "crf_ner"]
-
-[components]
-
-[components.tok2vec]
-factory = "tok2vec"
-
-[components.tok2vec.model]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 48
-depth = 1
-embed_size = 500
-window_size = 1
-maxout_pieces = 2
-subword_features = false
-
-[components.segmenter]
-factory = "crf_tagger"
-scheme = "bmes"
-
-[components.segmenter.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.segmenter.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = 48
-upstream = "tok2vec"
-
-[components.crf_ner]
-factory = "crf_tagger"
-scheme = "bioes"
-
-[components.crf_ner.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.crf_ner.model.tok2vec]
-@architectures = "spacy.Tok2VecListener.v1"
-width = 48
-upstream = "tok2vec"
-"""
 
 
 def test_one_shared_encoder_learns_both_tasks(tmp_path):

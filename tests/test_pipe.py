@@ -10,28 +10,9 @@ from spacy_crf.optimizers import grouped_adam
 from spacy_crf.pipe import CRFTagger, bmes_gold
 from spacy_crf.schemes import is_valid
 
-NER_DATA = [
-    ("我在北京工作", [(2, 4, "LOC")]),
-    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
-    ("今天天气好", []),
-    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
-]
+from _configs import NER_DATA, SMALL_TOK2VEC, crf_model_config
+
 SEG_DATA = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"], ["李四", "住", "广州"]]
-
-SMALL_TOK2VEC = {
-    "@architectures": "spacy.HashEmbedCNN.v2",
-    "pretrained_vectors": None,
-    "width": 32,
-    "depth": 1,
-    "embed_size": 500,
-    "window_size": 1,
-    "maxout_pieces": 2,
-    "subword_features": False,
-}
-
-
-def _model_config(**kwargs):
-    return {"@architectures": "spacy_crf.CRFTagger.v1", "tok2vec": dict(SMALL_TOK2VEC), **kwargs}
 
 
 def ner_examples(nlp):
@@ -57,7 +38,7 @@ def train(nlp, examples, steps=40):
 @pytest.fixture
 def ner_nlp():
     nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
     losses = train(nlp, ner_examples(nlp))
     assert losses[-1] < losses[0] / 10
     return nlp
@@ -74,7 +55,7 @@ def test_factory_default_trains_standalone():
 @pytest.mark.parametrize("scheme", ["bio", "bioes"])
 def test_entities_are_learned_and_scored(scheme):
     nlp = spacy.blank("zh")
-    pipe = nlp.add_pipe("crf_tagger", config={"scheme": scheme, "model": _model_config()})
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": scheme, "model": crf_model_config()})
     train(nlp, ner_examples(nlp))
     assert pipe.labels == ("LOC", "PER")
     for text, ents in NER_DATA:
@@ -86,7 +67,7 @@ def test_entities_are_learned_and_scored(scheme):
 
 def test_segmentation_learns_from_reference_tokens():
     nlp = spacy.blank("zh")
-    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": _model_config()})
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": crf_model_config()})
     examples = seg_examples(nlp)
     assert bmes_gold(examples[0]).tolist() == [3, 3, 0, 2, 0, 2]  # S S B E B E
     train(nlp, examples)
@@ -99,7 +80,7 @@ def test_segmentation_learns_from_reference_tokens():
 
 def test_tag_scheme_writes_token_tags():
     nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": _model_config()})
+    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": crf_model_config()})
     words = list("我在北京")
     tags = ["PN", "P", "NR", "NR"]
     examples = [Example(nlp.make_doc("我在北京"), Doc(nlp.vocab, words=words, tags=tags, spaces=[False] * 4))]
@@ -121,7 +102,7 @@ def test_serialization_round_trips_predict_the_same(ner_nlp, tmp_path):
         loaded.get_pipe("crf_tagger").predict_marginals([loaded.make_doc(t) for t in texts])[0], marg[0], atol=1e-6
     )
     from_bytes = spacy.blank("zh")
-    from_bytes.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    from_bytes.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
     from_bytes.from_bytes(ner_nlp.to_bytes())
     assert from_bytes.get_pipe("crf_tagger").labels == pipe.labels
     assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in from_bytes.pipe(texts)] == expected
@@ -183,14 +164,14 @@ def test_multiprocessing(ner_nlp):
 
 def test_initialize_without_examples_or_labels_is_a_clear_error():
     nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    nlp.add_pipe("crf_tagger", config={"model": crf_model_config()})
     with pytest.raises(ValueError, match="no examples and no labels"):
         nlp.initialize(lambda: [])
 
 
 def test_initialize_with_labels_that_do_not_fit_the_scheme():
     nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    nlp.add_pipe("crf_tagger", config={"model": crf_model_config()})
     nlp.config["initialize"]["components"]["crf_tagger"] = {"labels": ["B-PER", "LOC"]}
     with pytest.raises(ValueError, match=r"\[crf_tagger\].*'B-PER' looks like a tag"):
         nlp.initialize(lambda: ner_examples(nlp))
@@ -200,7 +181,7 @@ def test_initialize_with_labels_that_do_not_fit_the_scheme():
 
 def test_labels_from_config_are_used():
     nlp = spacy.blank("zh")
-    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bioes", "model": _model_config()})
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bioes", "model": crf_model_config()})
     nlp.config["initialize"]["components"]["crf_tagger"] = {"labels": ["ORG", "PER", "LOC"]}
     nlp.initialize(lambda: ner_examples(nlp))
     assert pipe.labels == ("LOC", "ORG", "PER") and len(pipe.tags) == 13
@@ -209,7 +190,7 @@ def test_labels_from_config_are_used():
 
 def test_misaligned_gold_entity_warns_naming_the_doc():
     nlp = spacy.blank("en")  # word tokens: a reference token boundary can fall inside one
-    nlp.add_pipe("crf_tagger", config={"model": _model_config()})
+    nlp.add_pipe("crf_tagger", config={"model": crf_model_config()})
     text = "Alice visited Berlinstadt today"
     reference = Doc(nlp.vocab, words=["Alice", "visited", "Berlin", "stadt", "today"],
                     spaces=[True, True, False, True, False], ents=["B-PER", "O", "B-LOC", "O", "O"])
@@ -279,7 +260,7 @@ def _structure_task(n_docs=60, seed=0):
 def _accuracy_on_structure_task(use_crf):
     nlp = spacy.blank("zh")
     tok2vec = dict(SMALL_TOK2VEC, window_size=1, depth=1)
-    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": {**_model_config(use_crf=use_crf), "tok2vec": tok2vec}})
+    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": {**crf_model_config(use_crf=use_crf), "tok2vec": tok2vec}})
     def examples(data):
         return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, tags=t, spaces=[False] * len(w))) for w, t in data]
     train_set, test_set = examples(_structure_task(60, 1)), examples(_structure_task(30, 2))
@@ -301,7 +282,7 @@ def test_crf_beats_softmax_when_only_label_order_disambiguates():
 
 def test_add_label_before_and_after_initialize():
     nlp = spacy.blank("zh")
-    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": _model_config()})
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
     assert pipe.add_label("PER") == 1 and pipe.add_label("PER") == 0
     with pytest.raises(Exception, match="looks like a tag"):
         pipe.add_label("B-LOC")
@@ -315,7 +296,7 @@ def test_add_label_before_and_after_initialize():
 
 def test_softmax_head_segments_too():
     nlp = spacy.blank("zh")
-    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": _model_config(use_crf=False)})
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bmes", "model": crf_model_config(use_crf=False)})
     train(nlp, seg_examples(nlp))
     assert not pipe.model.has_ref("crf")
     with pytest.raises(ValueError, match="no CRF layer"):

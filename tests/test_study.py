@@ -8,8 +8,9 @@ import spacy
 from spacy_crf.model import CRF, crf_loss, decode
 from spacy_crf.optimizers import grouped_adam
 from spacy_crf.schemes import make_tags, transition_mask
-from spacy_crf.study import emission_margins, mean_and_spread, record_run, transition_emission_ratio
 from spacy_crf.transitions import TransitionTable
+
+from study_measures import emission_margins, mean_and_spread, record_run, transition_emission_ratio
 
 TAGS = make_tags("bmes", [])
 MASK = transition_mask("bmes", TAGS)
@@ -42,7 +43,9 @@ def _train_frozen(multiplier, init_seed=0, steps=60, base_lr=1e-4):
     optimizer = grouped_adam(base_lr, crf_lr_multiplier=multiplier, use_averages=False)
     gold, emissions = _task(0)
     for _ in range(steps):
-        crf_loss(model, emissions, gold, MASK, constrain_training=False)
+        _, backprop = model.begin_update(emissions)
+        _, d_scores = crf_loss(model, emissions, gold, MASK, constrain_training=False)
+        backprop(d_scores)
         model.finish_update(optimizer)
     table = TransitionTable(TAGS, model.get_param("crf_transitions"), model.get_param("crf_start"),
                             model.get_param("crf_end"), MASK)
@@ -122,7 +125,7 @@ def _fake_record(task, depth, head, multiplier, seed, f1, validity=None, ratio=N
 
 
 def test_study_report(tmp_path):
-    from spacy_crf.study_report import reading, results_table, write_report
+    from study_report import reading, results_table, write_report
 
     records = []
     for seed in (0, 1):

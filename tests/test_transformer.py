@@ -11,100 +11,7 @@ from thinc.api import Config
 
 from spacy_crf.optimizers import grouped_adam
 
-NER_DATA = [
-    ("我在北京工作", [(2, 4, "LOC")]),
-    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
-    ("今天天气好", []),
-    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
-]
-
-PIPELINE_CFG = """
-[nlp]
-lang = "zh"
-pipeline = ["transformer", "crf_tagger"]
-batch_size = 8
-
-[components]
-
-[components.transformer]
-factory = "transformer"
-max_batch_items = 4096
-
-[components.transformer.model]
-@architectures = "spacy-transformers.TransformerModel.v3"
-name = "{name}"
-mixed_precision = false
-
-[components.transformer.model.get_spans]
-@span_getters = "spacy-transformers.strided_spans.v1"
-window = 16
-stride = 12
-
-[components.transformer.model.tokenizer_config]
-use_fast = true
-
-[components.crf_tagger]
-factory = "crf_tagger"
-scheme = "bioes"
-
-[components.crf_tagger.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.crf_tagger.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.crf_tagger.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-"""
-
-TRAIN_CFG = """
-[paths]
-train = null
-dev = null
-
-[system]
-seed = 0
-gpu_allocator = null
-
-[corpora]
-
-[corpora.train]
-@readers = "spacy.Corpus.v1"
-path = ${paths.train}
-
-[corpora.dev]
-@readers = "spacy.Corpus.v1"
-path = ${paths.dev}
-
-[training]
-seed = ${system.seed}
-max_steps = 6
-eval_frequency = 3
-patience = 0
-dropout = 0.1
-accumulate_gradient = 1
-
-[training.batcher]
-@batchers = "spacy.batch_by_sequence.v1"
-size = 2
-
-[training.optimizer]
-@optimizers = "spacy_crf.GroupedAdam.v1"
-learn_rate = 0.0005
-crf_lr_multiplier = 100.0
-use_averages = false
-
-[training.score_weights]
-ents_f = 1.0
-words_f = null
-words_p = null
-words_r = null
-tag_acc = null
-
-[initialize]
-"""
+from _configs import CRF_TAGGER_NER_WEIGHTS, NER_DATA, PIPELINE_CFG, TRAIN_CFG
 
 
 def make_nlp(name):
@@ -180,7 +87,7 @@ def test_spacy_train_with_grouped_optimizer(tiny_bert_dir, tmp_path):
         db.add(eg.reference)
     db.to_disk(tmp_path / "train.spacy")
     config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
-    config = config.merge(Config().from_str(TRAIN_CFG, interpolate=False))
+    config = config.merge(Config().from_str(TRAIN_CFG + CRF_TAGGER_NER_WEIGHTS, interpolate=False))
     # what `spacy init fill-config` does: add every default the user left out
     filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
     (tmp_path / "config.cfg").write_text(filled.to_str(), encoding="utf8")

@@ -1,0 +1,37 @@
+"""project/scripts/baselines.py: BMES tag data for spaCy's tagger, and words
+decoded from its tags (through spacy_crf.schemes)."""
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
+
+from _configs import WORDS
+
+
+def word_doc(vocab, words):
+    return Doc(vocab, words=words, spaces=[False] * len(words))
+
+
+def test_bmes_tags_and_back():
+    nlp = spacy.blank("zh")
+    ref = word_doc(nlp.vocab, ["张三", "去", "上海市", "a"])
+    pred = nlp.make_doc(ref.text)
+    tags = bmes_tags(pred, ref)
+    assert tags == ["B", "E", "S", "B", "M", "E", "S"]
+    assert word_offsets_from_tags(tags, pred) == [(0, 2), (2, 3), (3, 6), (6, 7)]
+    # softmax outputs need not be well formed: decoding is greedy and total
+    assert word_offsets_from_tags(["M", "E", "E", "B", "B", "X"], nlp.make_doc("abcdef")) == [
+        (0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    doc = words_from_tags(Doc(nlp.vocab, words=list("张三去"), spaces=[False] * 3, tags=["B", "E", "S"]))
+    assert [s.text for s in doc.spans["words"]] == ["张三", "去"]
+
+
+def test_bmes_tag_reader_gives_char_examples(tmp_path):
+    nlp = spacy.blank("zh")
+    DocBin(docs=[word_doc(nlp.vocab, w) for w in WORDS]).to_disk(tmp_path / "cws.spacy")
+    reader = create_bmes_tag_corpus_reader(tmp_path / "cws.spacy")
+    examples = list(reader(nlp))
+    assert len(examples) == 3
+    eg = examples[0]
+    assert [t.text for t in eg.reference] == [t.text for t in eg.predicted] == list("张三去上海")
+    assert [t.tag_ for t in eg.reference] == ["B", "E", "S", "B", "E"]

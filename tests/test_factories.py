@@ -1,0 +1,66 @@
+"""The factories over CRFTagger: crf_tagger (general), crf_ner and crf_segmenter
+(exact assigns and default score weights, so configs need no score_weights)."""
+from pathlib import Path
+
+import pytest
+import spacy
+from thinc.api import Config
+
+from _configs import JOINT_CONFIG, crf_model_config
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
+WORDS = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
+
+
+def test_variants_declare_what_they_write_and_score():
+    nlp = spacy.blank("zh")
+    ner = nlp.add_pipe("crf_ner")
+    seg = nlp.add_pipe("crf_segmenter")
+    assert ner.scheme == "bioes" and seg.scheme == "bmes"
+    assert nlp.get_pipe_meta("crf_ner").assigns == ["doc.ents", "token.ent_iob", "token.ent_type"]
+    assert nlp.get_pipe_meta("crf_segmenter").assigns == ["doc.spans"]
+    assert nlp.get_pipe_meta("crf_ner").default_score_weights == ENTS
+    assert nlp.get_pipe_meta("crf_segmenter").default_score_weights == WORDS
+    assert nlp.add_pipe("crf_ner", name="bio_ner", config={"scheme": "bio"}).scheme == "bio"
+
+
+@pytest.mark.parametrize("factory,scheme", [("crf_ner", "bmes"), ("crf_ner", "tag"), ("crf_segmenter", "bio")])
+def test_variants_refuse_other_schemes(factory, scheme):
+    with pytest.raises(ValueError, match=f"factory '{factory}' takes scheme"):
+        spacy.blank("zh").add_pipe(factory, config={"scheme": scheme})
+
+
+def test_a_crf_ner_config_needs_no_score_weights():
+    config = Config().from_str(JOINT_CONFIG.replace('"segmenter", ', "").split("[components.segmenter]")[0]
+                               + JOINT_CONFIG[JOINT_CONFIG.index("[components.crf_ner]"):])
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    assert nlp.pipe_names == ["tok2vec", "crf_ner"]
+    assert nlp.config["training"]["score_weights"] == ENTS
+    joint = spacy.util.load_model_from_config(Config().from_str(JOINT_CONFIG), auto_fill=True, validate=True)
+    assert joint.config["training"]["score_weights"] == {**{k: v and v / 2 for k, v in WORDS.items()},
+                                                         **{k: v and v / 2 for k, v in ENTS.items()}}
+
+
+@pytest.mark.parametrize("name,weights", [
+    ("cws", WORDS), ("ner", ENTS),
+    ("joint", {"words_f": 0.5, "words_p": 0.0, "words_r": 0.0, "ents_f": 0.5, "ents_p": 0.0, "ents_r": 0.0,
+               "ents_per_type": None}),
+])
+def test_project_configs_get_the_weights_they_used_to_set(name, weights):
+    config = spacy.util.load_config(ROOT / "configs" / f"{name}.cfg")
+    assert "score_weights" not in config["training"]
+    del config["corpora"]  # the readers need existing paths; the weights do not
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    assert nlp.config["training"]["score_weights"] == weights
+
+
+def test_a_pipeline_saved_with_the_general_factory_still_loads(tmp_path):
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes", "model": crf_model_config()})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "old")
+    loaded = spacy.load(tmp_path / "old")
+    assert loaded.get_pipe_meta("segmenter").factory == "crf_tagger"
+    doc = loaded("张三去上海")
+    assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"

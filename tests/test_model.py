@@ -1,0 +1,82 @@
+"""spacy_crf.model: the loss has no side effects; the CRF parameters get their
+gradients in the CRF layer's backprop; nothing happens on import."""
+import subprocess
+import sys
+
+import numpy
+import spacy
+from spacy.training import Example
+from thinc.api import set_dropout_rate
+
+from spacy_crf.model import CRFGradient
+
+from _configs import NER_DATA, crf_model_config
+
+
+def _ner_pipe():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_ner", config={"model": crf_model_config()})
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    nlp.initialize(lambda: examples)
+    set_dropout_rate(pipe.model, 0.0)
+    return pipe, examples
+
+
+def _zero_grads(model):
+    for node in model.walk():
+        for name in node.param_names:
+            if node.has_grad(name):
+                node.set_grad(name, node.ops.alloc(node.get_grad(name).shape))
+
+
+def _grads(model):
+    return {(node.id, name): node.get_grad(name).copy()
+            for node in model.walk() for name in node.param_names if node.has_grad(name)}
+
+
+def _backward(pipe, examples, n_get_loss):
+    _zero_grads(pipe.model)
+    scores, backprop = pipe.model.begin_update([eg.predicted for eg in examples])
+    for _ in range(n_get_loss):
+        loss, d_scores = pipe.get_loss(examples, scores)
+    backprop(d_scores)
+    return loss, _grads(pipe.model)
+
+
+def test_get_loss_twice_leaves_gradients_as_once():
+    pipe, examples = _ner_pipe()
+    loss_once, once = _backward(pipe, examples, 1)
+    loss_twice, twice = _backward(pipe, examples, 2)
+    assert loss_once == loss_twice
+    assert once.keys() == twice.keys()
+    for key in once:
+        numpy.testing.assert_array_equal(once[key], twice[key], err_msg=str(key))
+    crf = pipe.model.get_ref("crf")
+    assert numpy.abs(once[(crf.id, "crf_transitions")]).sum() > 0
+
+
+def test_get_loss_writes_nothing_and_backprop_adds_the_crf_gradients():
+    pipe, examples = _ner_pipe()
+    crf = pipe.model.get_ref("crf")
+    _zero_grads(pipe.model)
+    scores, backprop = pipe.model.begin_update([eg.predicted for eg in examples])
+    _, d_scores = pipe.get_loss(examples, scores)
+    assert isinstance(d_scores, CRFGradient) and set(d_scores.d_params) == {"crf_transitions", "crf_start", "crf_end"}
+    assert not any(numpy.abs(crf.get_grad(name)).sum() for name in crf.param_names if crf.has_grad(name))
+    backprop(d_scores)
+    numpy.testing.assert_array_equal(crf.get_grad("crf_transitions"), d_scores.d_params["crf_transitions"])
+
+
+def test_importing_the_package_has_no_side_effects():
+    code = ("import os, sys; calls = []; os.register_at_fork = lambda **kw: calls.append(kw)\n"
+            "import spacy_crf, spacy_crf.model\n"
+            "assert not spacy_crf.model._fork_hook_installed; before = len(calls)  # torch registers its own\n"
+            "import spacy_crf as p; assert not [m for m in ('spacy_crf.pipe', 'spacy_crf.factories') if m in sys.modules]\n"
+            "from spacy_crf.model import build_crf_tagger, CRF\n"
+            "import thinc.api; build_crf_tagger(thinc.api.Linear(2, 2)); build_crf_tagger(thinc.api.Linear(2, 2))\n"
+            "assert spacy_crf.model._fork_hook_installed and len(calls) == before + 1, calls\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    bare = subprocess.run([sys.executable, "-c", "import sys, spacy_crf; print(sorted(m for m in sys.modules "
+                           "if m.split('.')[0] in ('torch', 'spacy', 'thinc')))"], capture_output=True, text=True)
+    assert bare.returncode == 0 and bare.stdout.strip() == "[]", bare.stdout + bare.stderr

@@ -1,0 +1,45 @@
+"""The package's architecture rules (README.md: Architecture): the library
+holds no project code, hard-codes no language, and keeps each tag encoding
+in spacy_crf.schemes; modules stay small unless they are one concept."""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "spacy_crf"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+# One concept each, longer than the ~400-line guide: the CRF maths.
+ONE_CONCEPT = {"crf.py"}
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text(encoding="utf8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_project_code_in_the_library(path):
+    text = path.read_text(encoding="utf8")
+    assert not [m for m in _imports(path) if m.split(".")[0] in ("project", "scripts")]
+    assert "train_meta.json" not in text
+    blank_calls = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Call)
+                   and isinstance(node.func, ast.Attribute) and node.func.attr == "blank"]
+    assert not blank_calls, "a language is hard-coded"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small_unless_one_concept(path):
+    if path.name in ONE_CONCEPT:
+        return
+    assert len(path.read_text(encoding="utf8").splitlines()) <= 420
+
+
+def test_bmes_tags_are_defined_once():
+    defined = [p.name for p in MODULES if re.search(r"""BMES_TAGS\s*=|\(\s*"B",\s*"M",\s*"E",\s*"S"\s*\)""",
+                                                   p.read_text(encoding="utf8"))]
+    assert defined == ["schemes.py"]

