@@ -14,6 +14,7 @@ their default score weights, so a config that uses them needs no
 ``[training.score_weights]`` block. A pipeline saved with
 ``factory = "crf_tagger"`` loads as before.
 """
+import inspect
 from typing import Callable, List, Optional, Tuple
 
 from thinc.api import Config, Model
@@ -89,64 +90,6 @@ def make_crf_tagger(
         ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
         depending on the scheme.
     """
-    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
-
-
-@Language.factory(
-    "crf_ner",
-    assigns=["doc.ents", "token.ent_iob", "token.ent_type"],
-    default_config={**COMMON_CONFIG, "scheme": "bioes", "scorer": {"@scorers": "spacy_crf.ents_scorer.v1"}},
-    default_score_weights=ENTS_WEIGHTS,
-)
-def make_crf_ner(
-    nlp: Language,
-    name: str,
-    model: Model[List[Doc], List[Floats2d]],
-    scheme: str,
-    spans_key: str,
-    constrain_training: bool,
-    max_batch_items: int,
-    scorer: Optional[Callable],
-) -> CRFTagger:
-    """Create a CRF entity tagger: scheme "bio" or "bioes" (default); writes
-    ``doc.ents``; scored by ``ents_p/r/f`` and ``ents_per_type``. The other
-    settings are those of ``crf_tagger``."""
-    _require_scheme(name, scheme, ("bio", "bioes"), "crf_ner")
-    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
-
-
-@Language.factory(
-    "crf_segmenter",
-    assigns=["doc.spans"],
-    default_config={**COMMON_CONFIG, "scheme": "bmes", "scorer": {"@scorers": "spacy_crf.words_scorer.v1"}},
-    default_score_weights=WORDS_WEIGHTS,
-)
-def make_crf_segmenter(
-    nlp: Language,
-    name: str,
-    model: Model[List[Doc], List[Floats2d]],
-    scheme: str,
-    spans_key: str,
-    constrain_training: bool,
-    max_batch_items: int,
-    scorer: Optional[Callable],
-) -> CRFTagger:
-    """Create a CRF word segmenter: scheme "bmes"; writes the predicted words
-    to ``doc.spans[spans_key]`` (``crf_merge_words`` turns them into tokens);
-    scored by ``words_p/r/f``. The other settings are those of ``crf_tagger``."""
-    _require_scheme(name, scheme, ("bmes",), "crf_segmenter")
-    return _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer)
-
-
-def _require_scheme(name: str, scheme: str, allowed: Tuple[str, ...], factory: str) -> None:
-    if scheme not in allowed:
-        raise ValueError(
-            f"[{name}] factory {factory!r} takes scheme {' or '.join(map(repr, allowed))}, not {scheme!r}; "
-            "use factory 'crf_tagger' for other schemes."
-        )
-
-
-def _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_items, scorer) -> CRFTagger:
     try:
         check_scheme(scheme)
     except SchemeError as e:
@@ -163,3 +106,42 @@ def _make(nlp, name, model, scheme, spans_key, constrain_training, max_batch_ite
     )
 
 
+def _variant(factory: str, schemes: Tuple[str, ...], doc: str) -> Callable[..., CRFTagger]:
+    """``make_crf_tagger`` for ``schemes`` only, with its signature, from which
+    spaCy reads and validates the settings."""
+
+    def make(nlp: Language, name: str, **settings) -> CRFTagger:
+        scheme = settings["scheme"]
+        if scheme not in schemes:
+            raise ValueError(
+                f"[{name}] factory {factory!r} takes scheme {' or '.join(map(repr, schemes))}, not {scheme!r}; "
+                "use factory 'crf_tagger' for other schemes."
+            )
+        return make_crf_tagger(nlp, name, **settings)
+
+    make.__signature__ = inspect.signature(make_crf_tagger)  # type: ignore[attr-defined]
+    make.__name__ = make.__qualname__ = f"make_{factory}"
+    make.__doc__ = doc
+    return make
+
+
+make_crf_ner = Language.factory(
+    "crf_ner",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type"],
+    default_config={**COMMON_CONFIG, "scheme": "bioes", "scorer": {"@scorers": "spacy_crf.ents_scorer.v1"}},
+    default_score_weights=ENTS_WEIGHTS,
+    func=_variant("crf_ner", ("bio", "bioes"), """Create a CRF entity tagger: scheme "bio" or "bioes" (default);
+    writes ``doc.ents``; scored by ``ents_p/r/f`` and ``ents_per_type``. The
+    other settings are those of ``crf_tagger``."""),
+)
+
+make_crf_segmenter = Language.factory(
+    "crf_segmenter",
+    assigns=["doc.spans"],
+    default_config={**COMMON_CONFIG, "scheme": "bmes", "scorer": {"@scorers": "spacy_crf.words_scorer.v1"}},
+    default_score_weights=WORDS_WEIGHTS,
+    func=_variant("crf_segmenter", ("bmes",), """Create a CRF word segmenter: scheme "bmes"; writes the predicted
+    words to ``doc.spans[spans_key]`` (``crf_merge_words`` turns them into
+    tokens); scored by ``words_p/r/f``. The other settings are those of
+    ``crf_tagger``."""),
+)
