@@ -9,8 +9,10 @@
 model inside each spacy-transformers ``TransformerModel`` of the pipeline (the
 shared ``transformer`` component, and any transformer copied into a component
 by ``nlp.replace_listeners``) with a dynamically quantized one: weights stored
-as int8 (or float16), activations quantized per batch. Embeddings, layer norms
-and the CRF heads stay float32.
+as int8 (or float16), activations quantized per batch. Layer norms and the CRF
+heads stay float32; so do the embedding tables unless ``embeddings=True``,
+which stores them as uint8 with a float scale and offset per row (weight-only:
+most of a small encoder's size on disk is its word embeddings).
 
 How it survives ``nlp.to_disk`` / ``spacy.load`` / ``spacy package``:
 spacy-transformers saves the encoder as its config plus a ``state_dict`` and
@@ -22,9 +24,9 @@ writes into the pipeline's config (so ``config.cfg`` says what the weights
 are):
 
 * ``spacy_crf.QuantizedTransformerModel.v1``: the settings of
-  ``spacy-transformers.TransformerModel.v3`` plus ``dtype``;
+  ``spacy-transformers.TransformerModel.v3`` plus ``dtype`` and ``embeddings``;
 * ``spacy_crf.QuantizedTok2VecTransformer.v1``: the settings of
-  ``spacy-transformers.Tok2VecTransformer.v3`` plus ``dtype`` (what
+  ``spacy-transformers.Tok2VecTransformer.v3`` plus the same two (what
   ``replace_listeners`` leaves in a component's config).
 
 Both build the stock ``TransformerModel`` with a ``QuantizedHFShim``, which
@@ -93,19 +95,31 @@ def _check_cpu(what: str) -> None:
         )
 
 
-def _quantize_module(module: torch.nn.Module, dtype: str) -> torch.nn.Module:
+def _quantize_module(module: torch.nn.Module, dtype: str, embeddings: bool = False) -> torch.nn.Module:
     """Return ``module`` with every ``torch.nn.Linear`` dynamically quantized
-    (in place), in eval mode. The only call into the quantization backend."""
-    from torch.ao.quantization import quantize_dynamic
+    to ``dtype`` and, with ``embeddings``, every ``torch.nn.Embedding``
+    weight-only quantized to uint8 (in place), in eval mode. The only call into
+    the quantization backend."""
+    from torch.ao.quantization import (
+        default_dynamic_qconfig,
+        float16_dynamic_qconfig,
+        float_qparams_weight_only_qconfig,
+        quantize_dynamic,
+    )
 
-    torch_dtype = _check_dtype(dtype)
+    _check_dtype(dtype)
+    spec: Dict[type, Any] = {
+        torch.nn.Linear: default_dynamic_qconfig if dtype == "qint8" else float16_dynamic_qconfig
+    }
+    if embeddings:
+        spec[torch.nn.Embedding] = float_qparams_weight_only_qconfig
     module.eval()
     with warnings.catch_warnings():
         # torch.ao.quantization and quantized tensor creation are deprecated
         # upstream (see the module docstring); nothing for a user to act on.
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated.*")
         warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated.*")
-        return quantize_dynamic(module, {torch.nn.Linear}, dtype=torch_dtype, inplace=True)
+        return quantize_dynamic(module, spec, inplace=True)
 
 
 def is_quantized(module: torch.nn.Module) -> bool:
@@ -120,21 +134,23 @@ class _QuantizedAutoModel:
     """Stands in for ``AutoModel`` in ``HFShim.from_bytes``: the model it
     builds from a config is quantized, so the saved state loads into it."""
 
-    def __init__(self, dtype: str):
+    def __init__(self, dtype: str, embeddings: bool):
         self.dtype = dtype
+        self.embeddings = embeddings
 
     def from_config(self, config):
-        return _quantize_module(AutoModel.from_config(config), self.dtype)
+        return _quantize_module(AutoModel.from_config(config), self.dtype, self.embeddings)
 
 
 class QuantizedHFShim(HFShim):
     """An ``HFShim`` whose model is dynamically quantized; inference only."""
 
-    def __init__(self, model, *, dtype: str = "qint8", **kwargs):
+    def __init__(self, model, *, dtype: str = "qint8", embeddings: bool = False, **kwargs):
         _check_dtype(dtype)
-        kwargs["model_cls"] = _QuantizedAutoModel(dtype)
+        kwargs["model_cls"] = _QuantizedAutoModel(dtype, embeddings)
         super().__init__(model, **kwargs)
         self.dtype = dtype
+        self.embeddings = embeddings
         if model.transformer is not None and not is_quantized(model.transformer):
             self.set_quantized(model.transformer)
 
@@ -144,7 +160,7 @@ class QuantizedHFShim(HFShim):
         _check_cpu("Quantizing a transformer")
         transformer = transformer.to("cpu")
         if not is_quantized(transformer):
-            transformer = _quantize_module(transformer, self.dtype)
+            transformer = _quantize_module(transformer, self.dtype, self.embeddings)
         self._model = transformer
         self._hfmodel.transformer = transformer
 
@@ -187,17 +203,21 @@ def _quantized_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
     return result
 
 
-def _install_quantized_shim(model: TransformerModel, dtype: str) -> None:
+def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: bool) -> None:
     """Make ``model`` (a spacy-transformers ``TransformerModel``) quantized."""
     wrapper = model.layers[0]
     shim = wrapper.shims[0]
     if isinstance(shim, QuantizedHFShim):
-        if shim.dtype != dtype:
-            raise ValueError(f"This transformer is already quantized as {shim.dtype}, not {dtype}.")
+        if (shim.dtype, shim.embeddings) != (dtype, embeddings):
+            raise ValueError(
+                f"This transformer is already quantized (dtype={shim.dtype}, embeddings={shim.embeddings}), "
+                f"not as asked (dtype={dtype}, embeddings={embeddings})."
+            )
         return
     new = QuantizedHFShim(
         shim._hfmodel,
         dtype=dtype,
+        embeddings=embeddings,
         config=shim.cfg,
         optimizer=shim._optimizer,
         mixed_precision=shim._mixed_precision,
@@ -220,13 +240,15 @@ def create_quantized_transformer_model(
     mixed_precision: bool = False,
     grad_scaler_config: dict = {},
     dtype: str = "qint8",
+    embeddings: bool = False,
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` with its linear layers
-    dynamically quantized to ``dtype`` ("qint8" or "float16"); inference only."""
+    dynamically quantized to ``dtype`` ("qint8" or "float16") and, with
+    ``embeddings``, its embedding tables stored as uint8; inference only."""
     model = create_TransformerModel_v3(
         name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
     )
-    _install_quantized_shim(model, dtype)
+    _install_quantized_shim(model, dtype, embeddings)
     return model
 
 
@@ -241,16 +263,17 @@ def create_quantized_tok2vec_transformer(
     mixed_precision: bool = False,
     grad_scaler_config: dict = {},
     dtype: str = "qint8",
+    embeddings: bool = False,
 ) -> Model:
-    """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer's
-    linear layers dynamically quantized to ``dtype``; inference only."""
+    """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer
+    quantized as in ``spacy_crf.QuantizedTransformerModel.v1``; inference only."""
     model = transformer_tok2vec_v3(
         name, get_spans, tokenizer_config, pooling, grad_factor, transformer_config, mixed_precision,
         dict(grad_scaler_config),
     )
     for node in model.walk():
         if isinstance(node, TransformerModel):
-            _install_quantized_shim(node, dtype)
+            _install_quantized_shim(node, dtype, embeddings)
     return model
 
 
@@ -270,7 +293,7 @@ def _transformer_blocks(cfg: Any, path: Tuple[str, ...] = ()) -> List[Tuple[Tupl
     return found
 
 
-def quantize_pipeline(nlp: Language, dtype: str = "qint8") -> Language:
+def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = False) -> Language:
     """Dynamically quantize the linear layers of every transformer encoder in
     ``nlp`` (in place) for CPU inference, and rewrite the pipeline's config to
     the quantized architectures so that ``nlp.to_disk`` / ``spacy.load`` (and
@@ -278,8 +301,11 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8") -> Language:
 
     dtype: "qint8" (int8 weights, dynamically quantized activations) or
         "float16" (float16 weights).
+    embeddings: also store the encoder's embedding tables as uint8 (one float
+        scale and offset per row), which shrinks a small encoder on disk
+        several times over; off by default.
 
-    Quantizing an already quantized pipeline with the same dtype does nothing.
+    Quantizing an already quantized pipeline with the same settings does nothing.
     The result is inference-only: training through its encoder raises
     ``QuantizedTrainingError``.
     """
@@ -306,12 +332,13 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8") -> Language:
         raise ValueError(f"No spacy-transformers transformer found in the pipeline {nlp.pipe_names}.")
     for models, blocks in plan:
         for model in models:
-            _install_quantized_shim(model, dtype)
+            _install_quantized_shim(model, dtype, embeddings)
         for _, block in blocks:
             arch = block["@architectures"]
             if arch in (QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
                 continue
             block["@architectures"] = _REWRITES[arch]
             block["dtype"] = dtype
+            block["embeddings"] = embeddings
     return nlp
 

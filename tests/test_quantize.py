@@ -204,6 +204,15 @@ def test_training_a_quantized_encoder_is_a_clear_error(float_dir):
         nlp.get_pipe("transformer").update(examples(nlp))
 
 
+def test_heads_still_train_over_a_frozen_annotating_quantized_encoder(float_dir):
+    nlp = quantize_pipeline(spacy.load(float_dir))
+    optimizer = nlp.resume_training()
+    losses = {}
+    for _ in range(3):
+        nlp.update(examples(nlp), sgd=optimizer, losses=losses, exclude=["transformer"], annotates=["transformer"])
+    assert numpy.isfinite(losses["crf_tagger"]) and losses["crf_tagger"] > 0
+
+
 @pytest.mark.parametrize("order", ["replace_then_quantize", "quantize_then_replace"])
 def test_transformer_copied_by_replace_listeners(float_dir, tmp_path, order):
     nlp = spacy.load(float_dir)
@@ -229,18 +238,30 @@ def test_transformer_copied_by_replace_listeners(float_dir, tmp_path, order):
         loaded.update(examples(loaded))
 
 
-def test_float16_weights_round_trip(float_dir, tmp_path):
-    nlp = quantize_pipeline(spacy.load(float_dir), dtype="float16")
+@pytest.mark.parametrize("dtype,embeddings", [("float16", False), ("qint8", True)])
+def test_other_settings_round_trip(float_dir, int8_dir, tmp_path, dtype, embeddings):
+    from torch.ao.nn.quantized import Embedding as QuantizedEmbedding
+
+    nlp = quantize_pipeline(spacy.load(float_dir), dtype=dtype, embeddings=embeddings)
     before = outputs(nlp)
-    nlp.to_disk(tmp_path / "fp16")
-    assert_same_outputs(outputs(spacy.load(tmp_path / "fp16")), before)
+    nlp.to_disk(tmp_path / "q")
+    loaded = spacy.load(tmp_path / "q")
+    assert loaded.config["components"]["transformer"]["model"]["embeddings"] is embeddings
+    (encoder,) = encoders(loaded)
+    assert any(isinstance(m, QuantizedEmbedding) for m in encoder.modules()) is embeddings
+    assert_same_outputs(outputs(loaded), before)
+    if embeddings:
+        size_linear_only = (int8_dir / "transformer" / "model").stat().st_size
+        assert (tmp_path / "q" / "transformer" / "model").stat().st_size < size_linear_only
+        hidden_f, tags_f, _ = outputs(spacy.load(float_dir))
+        assert numpy.mean(numpy.equal(sum(tags_f, []), sum(before[1], []))) >= 0.9
 
 
 def test_quantizing_twice_and_bad_arguments(float_dir, tiny_bert_dir):
     nlp = quantize_pipeline(spacy.load(float_dir))
     cfg = nlp.config.to_str()
     assert quantize_pipeline(nlp) is nlp and nlp.config.to_str() == cfg  # a no-op
-    with pytest.raises(ValueError, match="already quantized as qint8"):
+    with pytest.raises(ValueError, match="already quantized"):
         quantize_pipeline(nlp, dtype="float16")
     with pytest.raises(ValueError, match="Unknown quantization dtype"):
         quantize_pipeline(spacy.load(float_dir), dtype="int4")
