@@ -173,7 +173,7 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
             RayAnnotator,
             fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
                                    "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
-            batch_size=batch_size, batch_format="pyarrow", concurrency=workers,
+            batch_size=batch_size, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -138,6 +138,7 @@ def annotate(
     errors: Dict[int, List[Dict[str, Any]]] = {}
     finished: List[int] = []
     shard_chars: Dict[int, int] = {}
+    first_record: Optional[float] = None
     docs = chars = skipped = 0
     try:
         for row in stream:
@@ -146,6 +147,8 @@ def annotate(
             if kind == "doc":
                 if i not in writers:
                     writers[i] = make_writer(fmt, finals[i], confidence)
+                if first_record is None:
+                    first_record = time.perf_counter() - start
                 ann = json.loads(row["ann"]) if row["ann"] is not None else {"words": [], "ents": []}
                 writers[i].add(make_record(row["text"], row["meta"], ann), row["doc"])
                 docs += 1
@@ -199,6 +202,7 @@ def annotate(
         "docs": docs, "chars": chars, "seconds": round(seconds, 3),
         "docs_per_s": round(docs / seconds, 1) if seconds else 0.0,
         "chars_per_s": round(chars / seconds, 1) if seconds else 0.0,
+        "first_record_s": round(first_record, 3) if first_record is not None else None,
         "skipped": skipped, "shards": len(shards), "shards_written": len(finished),
         "shards_resumed": len(shards) - len(pending), "errors_file": str(errors_path) if any(err_lines) else None,
         "engine": engine, "format": fmt,

@@ -1,0 +1,292 @@
+"""spacy_crf.annotate: a corpus of shards in, one record per doc out, with the
+local engine and with Ray Data (one local Ray instance for the session)."""
+import gzip
+import json
+import os
+import random
+
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from thinc.api import Config
+
+from spacy_crf.annotate import AnnotateError, annotate, read_output
+from spacy_crf.annotate import engines as engines_module
+from spacy_crf.annotate.io import partial_path
+
+CONFIG = """
+[nlp]
+lang = "zh"
+pipeline = ["tok2vec", "segmenter", "crf_ner", "merge"]
+
+[components]
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 32
+depth = 1
+embed_size = 300
+window_size = 1
+maxout_pieces = 2
+subword_features = false
+
+[components.segmenter]
+factory = "crf_tagger"
+scheme = "bmes"
+
+[components.segmenter.model]
+@architectures = "spacy_crf.CRFTagger.v1"
+
+[components.segmenter.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "tok2vec"
+
+[components.crf_ner]
+factory = "crf_tagger"
+scheme = "bioes"
+
+[components.crf_ner.model]
+@architectures = "spacy_crf.CRFTagger.v1"
+
+[components.crf_ner.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "tok2vec"
+
+[components.merge]
+factory = "crf_merge_words"
+"""
+TRAIN = [(["张三", "去", "上海"], [(0, 2, "PER"), (3, 5, "LOC")]),
+         (["我", "在", "北京", "工作"], [(2, 4, "LOC")]),
+         (["李四", "住", "广州"], [(0, 2, "PER"), (3, 5, "LOC")])]
+CHARS = "我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生"
+_rng = random.Random(13)
+TEXTS = [
+    "张三去上海",
+    "",
+    "  我在北京工作  ",
+    "今天\t天气\u3000好 。",
+    "👨\u200d👩\u200d👧李四😀住广州",
+    "line\u2028separator\x85and nel",
+    "他们是中国大学生",
+]
+LONG = "".join(_rng.choice(CHARS) for _ in range(20000))  # in one shard only: it takes a second or two
+
+
+@pytest.fixture(scope="module")
+def pipeline_dir(tmp_path_factory):
+    """A tiny segmenter + NER + merge pipeline (HashEmbedCNN), a few updates."""
+    nlp = spacy.util.load_model_from_config(Config().from_str(CONFIG), auto_fill=True)
+    examples = []
+    for words, ents in TRAIN:
+        ref = Doc(nlp.vocab, words=words, spaces=[False] * len(words))
+        ref.ents = [ref.char_span(s, e, label=label) for s, e, label in ents]
+        examples.append(Example(nlp.make_doc(ref.text), ref))
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(5):
+        nlp.update(examples, sgd=optimizer)
+    path = tmp_path_factory.mktemp("annotate_pipeline") / "nlp"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(pipeline_dir):
+    """words and ents per text, straight from nlp.pipe."""
+    nlp = spacy.load(pipeline_dir)
+    out = {}
+    for text, doc in zip(TEXTS + [LONG], nlp.pipe(TEXTS + [LONG])):
+        out[text] = ([[s.start_char, s.end_char] for s in doc.spans["words"]],
+                     [{"start": e.start_char, "end": e.end_char, "label": e.label_} for e in doc.ents])
+    assert any(ents for _, ents in out.values()) and any(words for words, _ in out.values())
+    return out
+
+
+def write_jsonl(path, records, lines=None):
+    lines = lines or [json.dumps(r, ensure_ascii=False) for r in records]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt", encoding="utf8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_corpus(root):
+    """The same texts as every input format, with carried fields in JSONL/Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True, exist_ok=True)
+    txt = [t for t in TEXTS if "\n" not in t]
+    (root / "a.txt").write_text("\n".join(txt) + "\n", encoding="utf8")
+    with gzip.open(root / "b.txt.gz", "wt", encoding="utf8") as f:
+        f.write("\n".join(txt))  # no final newline
+    records = [{"text": t, "id": f"doc-{i}", "source": "web", "meta": {"n": i, "tags": ["x", i]}}
+               for i, t in enumerate(TEXTS + [LONG])]
+    write_jsonl(root / "c.jsonl", records)
+    (root / "sub").mkdir(exist_ok=True)
+    write_jsonl(root / "sub" / "d.jsonl.gz", [{"text": t} for t in TEXTS])
+    pq.write_table(pa.table({"text": TEXTS, "n": list(range(len(TEXTS)))}), root / "e.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "in")
+
+
+def outputs(folder):
+    """{relative path: records} of every JSONL/Parquet output under a folder."""
+    found = {}
+    for dirpath, dirnames, files in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in files:
+            if name.endswith((".jsonl", ".parquet")) and not name.startswith(".") and name != "errors.jsonl":
+                path = os.path.join(dirpath, name)
+                found[os.path.relpath(path, folder)] = read_output(__import__("pathlib").Path(path))
+    return found
+
+
+def test_local_engine_gives_what_nlp_pipe_gives_for_every_format(pipeline_dir, corpus, expected, tmp_path):
+    summary = annotate(str(pipeline_dir), str(corpus), str(tmp_path / "out"), progress=False)
+    got = outputs(tmp_path / "out")
+    assert sorted(got) == ["a.jsonl", "b.jsonl", "c.jsonl", "e.jsonl", os.path.join("sub", "d.jsonl")]
+    txt = [t for t in TEXTS if "\n" not in t]
+    assert [r["text"] for r in got["a.jsonl"]] == txt == [r["text"] for r in got["b.jsonl"]]
+    assert [r["text"] for r in got["c.jsonl"]] == TEXTS + [LONG]  # whitespace, emoji, 20k chars unchanged
+    for name in ("e.jsonl", os.path.join("sub", "d.jsonl")):
+        assert [r["text"] for r in got[name]] == TEXTS
+    for records in got.values():
+        for r in records:
+            assert (r["words"], r["ents"]) == expected[r["text"]]
+    assert [r["id"] for r in got["a.jsonl"]][:2] == ["a.txt:1", "a.txt:2"]
+    assert got["c.jsonl"][3] == {"id": "doc-3", "text": TEXTS[3], "words": expected[TEXTS[3]][0],
+                                 "ents": expected[TEXTS[3]][1], "source": "web", "meta": {"n": 3, "tags": ["x", 3]}}
+    assert [r["n"] for r in got["e.jsonl"]] == list(range(len(TEXTS)))
+    assert got[os.path.join("sub", "d.jsonl")][1]["id"] == os.path.join("sub", "d.jsonl.gz") + ":2"
+    n_docs = 2 * len(txt) + 3 * len(TEXTS) + 1
+    assert summary["docs"] == n_docs and summary["skipped"] == 0 and summary["shards_written"] == 5
+    assert summary["chars"] == 2 * sum(map(len, txt)) + 3 * sum(map(len, TEXTS)) + len(LONG)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, on its context
+def test_ray_engine_gives_identical_records_and_errors(ray_session, pipeline_dir, expected, tmp_path):
+    bad = tmp_path / "in"
+    write_corpus(bad)
+    write_jsonl(bad / "f.jsonl", None, lines=['{"text": "张三"}', "{oops", '{"text": 5}', '{"text": "上海"}'])
+    common = dict(confidence=True, on_error="skip", batch_size=4, progress=False)
+    local = annotate(str(pipeline_dir), str(bad), str(tmp_path / "local"), n_process=2, **common)
+    ray = annotate(str(pipeline_dir), str(bad), str(tmp_path / "ray"), engine="ray", workers=2, **common)
+    got_local, got_ray = outputs(tmp_path / "local"), outputs(tmp_path / "ray")
+    assert got_local == got_ray
+    assert (tmp_path / "local" / "errors.jsonl").read_text() == (tmp_path / "ray" / "errors.jsonl").read_text()
+    assert local["skipped"] == ray["skipped"] == 2 and local["docs"] == ray["docs"]
+    confidences = [e["confidence"] for rs in got_ray.values() for r in rs for e in r["ents"]]
+    assert confidences and all(0.0 <= c <= 1.0 for c in confidences)
+    assert [r["text"] for r in got_ray["f.jsonl"]] == ["张三", "上海"]
+    for r in (r for rs in got_ray.values() for r in rs if r["text"] in expected):
+        assert (r["words"], [{k: e[k] for k in ("start", "end", "label")} for e in r["ents"]]) == expected[r["text"]]
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("{oops", "invalid JSON"),
+    ('{"txt": "张三"}', "no 'text' key"),
+    ('{"text": null}', "'text' is NoneType, not a string"),
+    ('["张三"]', "not a JSON object but list"),
+])
+def test_a_bad_record_stops_the_run_naming_file_and_line(pipeline_dir, tmp_path, line, reason):
+    write_jsonl(tmp_path / "x.jsonl", None, lines=['{"text": "我在北京"}', "", line])
+    with pytest.raises(AnnotateError, match=rf"x\.jsonl, line 3: .*{reason}".replace("(", r"\(")):
+        annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out" / "x.jsonl").exists()
+
+
+def test_on_error_skip_logs_file_line_and_reason(pipeline_dir, tmp_path):
+    lines = ['{"text": "我在北京"}', "{oops", '{"txt": 1}', '{"text": 3}', '"str"', '{"text": "", "id": 9}',
+             '{"text": "张三", "words": 1}']
+    write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=lines)
+    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip", progress=False)
+    assert summary["skipped"] == 5 and summary["docs"] == 2
+    records = read_output(tmp_path / "out" / "x.jsonl")
+    assert records[1] == {"id": 9, "text": "", "words": [], "ents": []}  # empty text: empty annotations
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(os.path.basename(e["file"]), e["line"]) for e in errors] == [("x.jsonl", n) for n in (2, 3, 4, 5, 7)]
+    assert "clashes with an output field" in errors[-1]["reason"]
+
+
+def test_a_rerun_finishes_an_interrupted_run_without_duplicates(pipeline_dir, tmp_path):
+    src = tmp_path / "in"
+    for k in range(3):
+        write_jsonl(src / f"s{k}.jsonl", [{"text": t, "id": f"{k}-{i}"} for i, t in enumerate(TEXTS[:6])])
+    write_jsonl(src / "s1.jsonl", None, lines=['{"text": "张三去上海", "id": "1-0"}', "{oops"])
+    out = tmp_path / "out"
+    with pytest.raises(AnnotateError, match=r"s1\.jsonl, line 2"):  # the run dies inside shard 2
+        annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert (out / "s0.jsonl").exists() and not (out / "s1.jsonl").exists()
+    assert partial_path(out / "s1.jsonl").exists()
+    first = (out / "s0.jsonl").stat()
+    partial_path(out / "s2.jsonl").write_text("half a line", encoding="utf8")  # as if killed mid-write
+    write_jsonl(src / "s1.jsonl", [{"text": t, "id": f"1-{i}"} for i, t in enumerate(TEXTS[:6])])
+    summary = annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert summary["shards_resumed"] == 1 and summary["shards_written"] == 2
+    assert (out / "s0.jsonl").stat().st_mtime_ns == first.st_mtime_ns  # finished shard left alone
+    got = outputs(out)
+    assert sorted(got) == ["s0.jsonl", "s1.jsonl", "s2.jsonl"]
+    ids = [r["id"] for rs in got.values() for r in rs]
+    assert sorted(ids) == sorted(f"{k}-{i}" for k in range(3) for i in range(6))
+    assert not list(out.glob(".*.partial"))
+    again = annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert again["shards_resumed"] == 3 and again["docs"] == 0
+    redo = annotate(str(pipeline_dir), str(src), str(out), resume=False, progress=False)
+    assert redo["docs"] == 18 and outputs(out) == got
+
+
+def test_a_shard_whose_counts_differ_fails_naming_it(pipeline_dir, tmp_path, monkeypatch):
+    write_jsonl(tmp_path / "in" / "s.jsonl", [{"text": t} for t in TEXTS[:3]])
+    real = engines_module.ENGINES["local"]
+
+    def lossy(*args, **kwargs):
+        for row in real(*args, **kwargs):
+            if not (row["kind"] == "doc" and row["line"] == 2):
+                yield row
+
+    monkeypatch.setitem(engines_module.ENGINES, "local", lossy)
+    with pytest.raises(AnnotateError, match=r"shard .*s\.jsonl: read 3 records \(0 bad\) but wrote 2"):
+        annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out" / "s.jsonl").exists()
+
+
+def test_parquet_and_spacy_outputs(pipeline_dir, tmp_path):
+    texts = [t for t in TEXTS if len(t) < 1000]
+    write_jsonl(tmp_path / "x.jsonl", [{"text": t, "k": i} for i, t in enumerate(texts)])
+    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.jsonl.out.jsonl"), progress=False)
+    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.parquet"), progress=False)
+    assert read_output(tmp_path / "x.parquet") == read_output(tmp_path / "x.jsonl.out.jsonl")
+    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "spacy"), fmt="spacy", confidence=True,
+             progress=False)
+    nlp = spacy.load(pipeline_dir)
+    docs = list(DocBin().from_disk(tmp_path / "spacy" / "x.spacy").get_docs(nlp.vocab))
+    want = list(nlp.pipe(texts))
+    assert [[t.text for t in d] for d in docs] == [[t.text for t in d] for d in want]  # words became tokens
+    assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs] == \
+        [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in want]
+    assert all(len(d.user_data["crf_ent_confidence"]) == len(d.ents) for d in docs)
+    with pytest.raises(AnnotateError, match=r"one output file for \d input shards"):
+        write_jsonl(tmp_path / "y.jsonl", [{"text": "我"}])
+        annotate(str(pipeline_dir), str(tmp_path / "*.jsonl"), str(tmp_path / "z.jsonl"), progress=False)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray instance (2 CPUs) for the whole test session."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True,
+             logging_level="warning")
+    yield ray
+    ray.shutdown()
