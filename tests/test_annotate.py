@@ -290,3 +290,21 @@ def ray_session():
              logging_level="warning")
     yield ray
     ray.shutdown()
+
+
+def test_command_line(pipeline_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_crf.cli import app
+
+    write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=['{"text": "张三去上海"}', "{oops"])
+    runner = CliRunner()
+    assert "--engine" in runner.invoke(app, ["annotate", "--help"]).output
+    args = ["annotate", str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "x.jsonl, line 2: invalid JSON" in " ".join(result.output.split())
+    result = runner.invoke(app, args + ["--on-error", "skip", "--format", "parquet"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "1 docs" in said and "skipped records: 1" in said
+    assert [r["text"] for r in read_output(tmp_path / "out" / "x.parquet")] == ["张三去上海"]

