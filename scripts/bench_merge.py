@@ -20,19 +20,20 @@ groups are checked to be equal:
   the implementation before the linear rewrite (spaCy's
   ``Retokenizer.merge`` for each merged word, quadratic in their number).
 
-Doc construction is not timed. Each way runs on its own copy of the doc
-with a fresh vocab, so that both pay once for the lexemes of the words they
-add (``linear s``, ``retokenizer s``; the retokenizer way takes tens of
-seconds at 200k characters). ``linear warm s`` is the best of ``--repeats``
-further runs of the linear way, whose words are in the vocab by then (the
-input doc is left unchanged, so it is reused). The machine's load shows in
-the timings: on a busy machine, run it more than once.
+Doc construction is not timed. Each timed run gets its own copy of the doc
+with a fresh vocab, so that both ways pay once for the lexemes of the words
+they add (``linear``, ``retokenizer``; the retokenizer way takes minutes at
+200k characters). ``linear warm`` is the best of ``--repeats`` further runs
+of the linear way, whose words are in the vocab by then (the input doc is
+left unchanged, so it is reused). Times are wall seconds / CPU seconds of
+this process: on a machine shared with other work the wall time swings with
+its load, the CPU time much less.
 Targets: 200k characters in under 3 s, time growing linearly from 20k.
 """
 import argparse
 import random
 import time
-from typing import List
+from typing import List, Optional, Tuple
 
 import numpy
 import spacy
@@ -100,6 +101,13 @@ def view(doc: Doc):
     )
 
 
+def timed(fn, *args, **kwargs) -> Tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn(*args, **kwargs)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 60_000, 200_000], help="doc lengths (chars)")
@@ -108,42 +116,41 @@ def main() -> None:
     parser.add_argument("--policy", default="split", choices=["split", "keep_words"], help="entity_policy")
     args = parser.parse_args()
 
-    rows = []
+    def fmt(t: Optional[Tuple[float, float]]) -> str:
+        return "-" if t is None else f"{t[0]:.2f} / {t[1]:.2f}"
+
+    rows, warm_cpu = [], []
     for n_chars in args.sizes:
         # a fresh vocab for each way, so that both pay for the new words' lexemes once
         doc = synthetic_doc(spacy.blank("zh"), n_chars)
         n_words = len(doc.spans["words"])
-        start = time.perf_counter()
-        out = merge_words(doc, entity_policy=args.policy)
-        cold = time.perf_counter() - start
-        warm = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            merge_words(doc, entity_policy=args.policy)
-            warm = min(warm, time.perf_counter() - start)
+        out = merge_words(doc, entity_policy=args.policy)  # the result, to compare
+        cold = timed(merge_words, synthetic_doc(spacy.blank("zh"), n_chars), entity_policy=args.policy)
+        warm = min(timed(merge_words, doc, entity_policy=args.policy) for _ in range(args.repeats))
+        warm_cpu.append(warm[1])
         old = same = None
         if n_chars <= args.old_max:
             old_doc = synthetic_doc(spacy.blank("zh"), n_chars)
-            start = time.perf_counter()
-            merge_words(old_doc, entity_policy=args.policy, via_retokenizer=True)
-            old = time.perf_counter() - start
+            old = timed(merge_words, old_doc, entity_policy=args.policy, via_retokenizer=True)
             same = view(old_doc) == view(out)
         rows.append((
             f"{n_chars:,}", f"{len(doc):,}", f"{n_words:,}", f"{len(out):,}", f"{len(doc.ents):,}",
-            "-" if old is None else f"{old:.2f}", f"{cold:.2f}", f"{warm:.2f}",
-            "-" if old is None else f"{old / cold:.0f}x", "-" if same is None else ("yes" if same else "NO"),
+            fmt(old), fmt(cold), fmt(warm), "-" if old is None else f"{old[0] / cold[0]:.0f}x",
+            "-" if same is None else ("yes" if same else "NO"),
         ))
         msg.text(f"{n_chars:,} chars done", show=True)
     msg.table(
         rows,
-        header=("chars", "char tokens", "words", "tokens out", "ents", "retokenizer s", "linear s",
-                "linear warm s", "speed-up", "same result"),
+        header=("chars", "char tokens", "words", "tokens out", "ents", "retokenizer", "linear", "linear warm",
+                "speed-up", "same result"),
         aligns=("r", "r", "r", "r", "r", "r", "r", "r", "r", "c"),
         divider=True,
     )
+    msg.text("times: wall s / CPU s of this process; speed-up: retokenizer wall / linear wall")
     if len(rows) > 1:
-        first, last = args.sizes[0], args.sizes[-1]
-        msg.text(f"linear: {float(rows[-1][6]) / float(rows[0][6]):.1f}x the time for {last / first:.0f}x the text")
+        ratio = args.sizes[-1] / args.sizes[0]
+        msg.text(f"linear warm CPU: {warm_cpu[-1] / warm_cpu[0]:.1f}x the time for {ratio:.0f}x the text")
+
 
 if __name__ == "__main__":
     main()

@@ -53,6 +53,7 @@ Guarantees:
 The component has no state besides its config, so it survives
 ``nlp.to_disk``/``spacy.load`` and ``nlp.pipe(..., n_process=2)``.
 """
+from itertools import chain
 from typing import List, Tuple
 
 import numpy
@@ -204,11 +205,8 @@ def merge_words(
         )
     n = len(doc)
     # Every span group as rows (start, end, label, kb_id, id), words included.
-    groups = [
-        (key, group.name, dict(group.attrs), [(s.start, s.end, s.label, s.kb_id, s.id) for s in group])
-        for key, group in doc.spans.items()
-    ]
-    bounds = {key: _bounds(rows) for key, _, _, rows in groups}
+    groups = [(key, group.name, dict(group.attrs), _span_rows(group)) for key, group in doc.spans.items()]
+    bounds = {key: rows[:, :2].astype(numpy.int64) for key, _, _, rows in groups}
     words = bounds[spans_key]
     words = words[words[:, 1] > words[:, 0]]  # an empty word covers nothing
     order = numpy.argsort(words[:, 0], kind="stable")
@@ -216,7 +214,7 @@ def merge_words(
     if len(words) > 1 and (starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1]).any():
         _raise_overlap(doc, spans_key, component)
     ents = list(doc.ents)
-    ent_bounds = _bounds([(e.start, e.end) for e in ents])
+    ent_bounds = numpy.array([(e.start, e.end) for e in ents], dtype=numpy.int64).reshape((len(ents), 2))
     # cut[i]: a token starts at character token i (cut[n]: the end of the doc).
     cut = numpy.zeros(n + 1, dtype=bool)
     cut[0] = cut[n] = True
@@ -264,17 +262,15 @@ def merge_words(
         merged = _merge_into_new_doc(doc, starts)
     merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))
     for key, name, attrs, rows in groups:
-        new_starts = new_index[bounds[key][:, 0]].tolist()
-        new_ends = new_index[bounds[key][:, 1]].tolist()
-        merged.spans[key] = SpanGroup(
-            merged,
-            name=name,
-            attrs=attrs,
-            spans=[
-                Span(merged, s, e, label=row[2], kb_id=row[3], span_id=row[4])
-                for s, e, row in zip(new_starts, new_ends, rows)
-            ],
-        )
+        group = SpanGroup(merged, name=name, attrs=attrs)
+        # (appended one by one: a list of 100k Span objects would set off
+        # full garbage collections, which cost as much as the rest)
+        append = group.append
+        for s, e, label, kb_id, span_id in zip(
+            new_index[bounds[key][:, 0]].tolist(), new_index[bounds[key][:, 1]].tolist(), *rows[:, 2:].T.tolist()
+        ):
+            append(Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id))
+        merged.spans[key] = group
     if keep_words:
         merged.spans[unaligned_ents_key] = SpanGroup(
             merged,
@@ -290,9 +286,10 @@ def merge_words(
     return merged
 
 
-def _bounds(rows) -> numpy.ndarray:
-    """Token (start, end) of each row as an int array of shape (len(rows), 2)."""
-    return numpy.array([row[:2] for row in rows], dtype=numpy.int64).reshape((len(rows), 2))
+def _span_rows(group: SpanGroup) -> numpy.ndarray:
+    """(start, end, label, kb_id, id) of each span, shape (len(group), 5)."""
+    values = chain.from_iterable((s.start, s.end, s.label, s.kb_id, s.id) for s in group)
+    return numpy.fromiter(values, dtype=numpy.uint64, count=5 * len(group)).reshape((len(group), 5))
 
 
 def _raise_overlap(doc: Doc, spans_key: str, component: str) -> None:

@@ -386,7 +386,9 @@ def test_property_entity_policies_lose_nothing(nlp, policy):
     for case in range(200):
         doc = random_doc(nlp, rng, annotate=False)
         ents = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents]
+        in_place = merge_words(doc.copy(), entity_policy=policy, via_retokenizer=True)
         out = merge_words(doc, entity_policy=policy)
+        assert doc_view(in_place) == doc_view(out)
         assert out.text == doc.text
         assert char_entities(out) == ents
         assert_valid_groups(out)
