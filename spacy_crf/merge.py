@@ -65,7 +65,7 @@ from spacy.tokens import Doc, Span, SpanGroup
 
 # The segmenter's default span group (kept here so that this module depends
 # on nothing else in the package).
-DEFAULT_SPANS_KEY = "words"
+from .util import DEFAULT_SPANS_KEY  # noqa: E402 (one definition, shared with the segmenter)
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
 #: ``attrs`` key of the unaligned-entities group: ``[start_char, end_char]``

@@ -1,0 +1,110 @@
+"""spacy_crf.util: the output rules every command follows (no output over an
+input or another output, atomic files and directories) and numeric checks."""
+import os
+
+import pytest
+
+from spacy_crf.util import (
+    OutputPathError,
+    atomic_dir,
+    atomic_path,
+    check_number,
+    check_output_dir,
+    check_output_paths,
+    write_json_atomic,
+    write_text_atomic,
+)
+
+
+def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):
+    src = tmp_path / "data" / "train.txt"
+    src.parent.mkdir()
+    src.write_text("x", encoding="utf8")
+    monkeypatch.chdir(tmp_path)
+    same = [src, "data/train.txt", tmp_path / "data" / ".." / "data" / "train.txt"]
+    (tmp_path / "link.txt").symlink_to(src)
+    same.append(tmp_path / "link.txt")
+    os.link(src, tmp_path / "hard.txt")
+    same.append(tmp_path / "hard.txt")
+    for out in same:
+        with pytest.raises(OutputPathError, match="overwrite the input"):
+            check_output_paths([src], [out])
+    # two outputs that are one file, even when neither exists yet
+    with pytest.raises(OutputPathError, match="also the output"):
+        check_output_paths([src], ["out/a.spacy", tmp_path / "out" / "." / "a.spacy"])
+    check_output_paths([src, None], ["out/a.spacy", "out/b.spacy", None])
+    with pytest.raises(OutputPathError, match="directory"):
+        check_output_paths([src], [tmp_path / "data"])
+
+
+def test_check_output_paths_an_output_dir_may_not_hold_an_input(tmp_path):
+    model = tmp_path / "training" / "model-best"
+    model.mkdir(parents=True)
+    for out in (model, tmp_path / "training", tmp_path):
+        with pytest.raises(OutputPathError, match="overwrite the input"):
+            check_output_paths([model], [], output_dirs=[out])
+    check_output_paths([model], [], output_dirs=[tmp_path / "pipeline"])
+    with pytest.raises(OutputPathError, match="also the output"):
+        check_output_paths([], [tmp_path / "pipeline" / "x.json"], output_dirs=[tmp_path / "pipeline"])
+
+
+def test_atomic_path_replaces_only_on_success(tmp_path):
+    out = tmp_path / "sub" / "out.txt"
+    with atomic_path(out) as tmp:
+        assert tmp.parent == out.parent and tmp != out
+        tmp.write_text("one", encoding="utf8")
+        assert not out.exists()
+    assert out.read_text(encoding="utf8") == "one"
+    with pytest.raises(RuntimeError):
+        with atomic_path(out) as tmp:
+            tmp.write_text("half", encoding="utf8")
+            raise RuntimeError("interrupted")
+    assert out.read_text(encoding="utf8") == "one"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.txt"]  # no temp file left
+    write_json_atomic(out, {"a": "北京"})
+    assert out.read_text(encoding="utf8") == '{\n  "a": "北京"\n}\n'
+    write_text_atomic(out, "two")
+    assert out.read_text(encoding="utf8") == "two"
+
+
+def test_atomic_dir_swaps_a_whole_directory(tmp_path):
+    out = tmp_path / "model"
+    with atomic_dir(out) as tmp:
+        (tmp / "a").write_text("1")
+        assert not out.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["a"]
+    with pytest.raises(RuntimeError):
+        with atomic_dir(out) as tmp:
+            (tmp / "b").write_text("2")
+            raise RuntimeError("interrupted")
+    assert sorted(p.name for p in out.iterdir()) == ["a"]
+    with atomic_dir(out) as tmp:
+        (tmp / "c").write_text("3")
+    assert sorted(p.name for p in out.iterdir()) == ["c"]  # replaced, no stale file kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_check_output_dir(tmp_path):
+    check_output_dir(tmp_path / "new")
+    (tmp_path / "empty").mkdir()
+    check_output_dir(tmp_path / "empty")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputPathError, match="not empty"):
+        check_output_dir(tmp_path / "full", marker="meta.json")
+    check_output_dir(tmp_path / "full", force=True)
+    (tmp_path / "full" / "meta.json").write_text("{}")
+    check_output_dir(tmp_path / "full", marker="meta.json")
+    with pytest.raises(OutputPathError, match="not a directory"):
+        check_output_dir(tmp_path / "full" / "notes.txt", force=True)
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), 1.0, "3", True])
+def test_check_number_rejects(value):
+    with pytest.raises(ValueError, match="--dev-ratio must be >= 0 and < 1, got"):
+        check_number("--dev-ratio", value, minimum=0, maximum=1, max_open=True)
+
+
+def test_check_number_accepts():
+    check_number("--dev-ratio", 0.0, minimum=0, maximum=1, max_open=True)
+    check_number("--limit", 0, minimum=0)
