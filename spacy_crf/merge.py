@@ -63,9 +63,8 @@ from spacy.attrs import (
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-# The segmenter's default span group (kept here so that this module depends
-# on nothing else in the package).
-from .util import DEFAULT_SPANS_KEY  # noqa: E402 (one definition, shared with the segmenter)
+from .util import DEFAULT_SPANS_KEY  # the segmenter's default span group
+
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
 #: ``attrs`` key of the unaligned-entities group: ``[start_char, end_char]``
