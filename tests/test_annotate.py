@@ -180,7 +180,7 @@ def test_ray_engine_gives_identical_records_and_errors(ray_session, pipeline_dir
     write_corpus(bad)
     write_jsonl(bad / "f.jsonl", None, lines=['{"text": "张三"}', "{oops", '{"text": 5}', '{"text": "上海"}'])
     common = dict(confidence=True, on_error="skip", batch_size=4, progress=False)
-    local = annotate(str(pipeline_dir), str(bad), str(tmp_path / "local"), n_process=2, **common)
+    local = annotate(str(pipeline_dir), str(bad), str(tmp_path / "local"), **common)
     ray = annotate(str(pipeline_dir), str(bad), str(tmp_path / "ray"), engine="ray", workers=2, **common)
     got_local, got_ray = outputs(tmp_path / "local"), outputs(tmp_path / "ray")
     assert got_local == got_ray
@@ -210,7 +210,8 @@ def test_on_error_skip_logs_file_line_and_reason(pipeline_dir, tmp_path):
     lines = ['{"text": "我在北京"}', "{oops", '{"txt": 1}', '{"text": 3}', '"str"', '{"text": "", "id": 9}',
              '{"text": "张三", "words": 1}']
     write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=lines)
-    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip", progress=False)
+    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip", n_process=2,
+                       batch_size=2, progress=False)
     assert summary["skipped"] == 5 and summary["docs"] == 2
     records = read_output(tmp_path / "out" / "x.jsonl")
     assert records[1] == {"id": 9, "text": "", "words": [], "ents": []}  # empty text: empty annotations

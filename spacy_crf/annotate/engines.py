@@ -1,7 +1,8 @@
 """Engines: turn the ordered stream of input rows into annotated rows.
 
-Both engines run the same code on each row (``annotate_rows``: ``nlp.pipe``
-then ``records.annotations``), so they give identical records:
+Both engines run the same code on the same batches (``shard_chunks``:
+``batch_size`` rows of one shard; ``annotate_rows``: ``nlp.pipe`` then
+``records.annotations``), so they give identical records:
 
 * ``local``: ``nlp.pipe`` in this process, ``n_process`` worker processes
   (spaCy's own multiprocessing).
@@ -10,7 +11,9 @@ then ``records.annotations``), so they give identical records:
   a bad record is reported with its file and line exactly as locally); an
   actor pool (``workers`` actors, each loading the pipeline once, with
   ``cpus_per_worker`` torch threads and optionally a GPU) annotates them with
-  ``map_batches``; the driver iterates the result with ``preserve_order`` and
+  ``map_batches`` (a read block of ``batch_size`` rows of one shard is one
+  batch, exactly the batch the local engine gives ``nlp.pipe`` with
+  ``n_process=1``; results stream back batch by batch); the driver iterates the result with ``preserve_order`` and
   writes each shard itself (one output per input shard, counts checked,
   temporary name then rename). Reading the shards on the cluster keeps the
   driver from parsing everything, and one dataset for the whole run keeps the
@@ -78,6 +81,20 @@ def shard_rows(shards: Sequence[Shard], text_key: str, id_key: str) -> Iterator[
     return chain.from_iterable(read_rows(path, i, name, text_key, id_key) for i, path, name in shards)
 
 
+def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, size: int) -> Iterator[List[Dict[str, Any]]]:
+    """The rows of one shard in chunks of ``size`` (the last one shorter). A chunk
+    is one ``nlp.pipe`` batch in both engines, so that both run the model on
+    the same batches (padding, and with it the floats, depend on the batch)."""
+    chunk: List[Dict[str, Any]] = []
+    for row in read_rows(path, shard, name, text_key, id_key):
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                  batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
                  confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, **_) -> Iterator[Dict[str, Any]]:
@@ -88,8 +105,13 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
-    yield from annotate_rows(nlp, shard_rows(shards, text_key, id_key), batch_size=batch_size,
-                             n_process=n_process, confidence=confidence, fmt=fmt)
+    if n_process > 1:  # spaCy's own batches run across shard ends
+        yield from annotate_rows(nlp, shard_rows(shards, text_key, id_key), batch_size=batch_size,
+                                 n_process=n_process, confidence=confidence, fmt=fmt)
+        return
+    for i, path, name in shards:
+        for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
+            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt)
 
 
 # --- Ray ------------------------------------------------------------------------
@@ -110,13 +132,7 @@ def _read_shard_batches(batch, text_key: str, id_key: str, chunk: int):
 
     schema, _ = _schemas()
     for shard in batch.to_pylist():
-        rows: List[Dict[str, Any]] = []
-        for row in read_rows(shard["path"], shard["shard"], shard["name"], text_key, id_key):
-            rows.append(row)
-            if len(rows) >= chunk:
-                yield pa.Table.from_pylist(rows, schema=schema)
-                rows = []
-        if rows:
+        for rows in shard_chunks(shard["path"], shard["shard"], shard["name"], text_key, id_key, chunk):
             yield pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -143,7 +159,7 @@ class RayAnnotator:
 def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                batch_size: int = 64, workers: int = 1, cpus_per_worker: float = 1.0,
                gpus_per_worker: float = 0.0, address: Optional[str] = None, confidence: bool = False,
-               fmt: str = "jsonl", progress: bool = True, read_chunk: int = 1024, **_) -> Iterator[Dict[str, Any]]:
+               fmt: str = "jsonl", progress: bool = True, **_) -> Iterator[Dict[str, Any]]:
     try:
         import ray
         import ray.data
@@ -168,12 +184,13 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map_batches(_read_shard_batches, batch_size=1, batch_format="pyarrow", num_cpus=0,
-                            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": read_chunk})
+                            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": batch_size})
         ds = ds.map_batches(
             RayAnnotator,
             fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
                                    "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
-            batch_size=batch_size, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
+            # batch_size=None: a batch is a block, i.e. one chunk of one shard, as locally
+            batch_size=None, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -39,18 +39,22 @@ def _write_atomic(path: Path, text: str) -> None:
 class _Progress:
     """docs/s and chars/s on a tqdm bar (or nothing)."""
 
-    def __init__(self, enabled: bool, total_shards: int) -> None:
+    def __init__(self, enabled, total_shards: int) -> None:
         self.bar = None
-        self.chars = 0
+        self.callback = enabled if callable(enabled) else None
+        self.docs = self.chars = 0
         self.start = time.perf_counter()
         self.last = 0.0
-        if enabled:
+        if enabled and self.callback is None:
             from tqdm import tqdm
 
             self.bar = tqdm(unit=" docs", desc=f"annotate ({total_shards} shards)", file=sys.stderr, mininterval=0.5)
 
     def update(self, chars: int) -> None:
+        self.docs += 1
         self.chars += chars
+        if self.callback is not None:
+            self.callback(self.docs, self.chars)
         if self.bar is None:
             return
         self.bar.update(1)
@@ -83,7 +87,7 @@ def annotate(
     confidence: bool = False,
     resume: bool = True,
     on_error: str = "raise",
-    progress: bool = True,
+    progress: Any = True,
 ) -> Dict[str, Any]:
     """Annotate INPUT (a file, folder or glob of .txt/.jsonl/.parquet shards,
     optionally gzipped) with ``pipeline`` into OUTPUT; return the summary.
@@ -91,7 +95,8 @@ def annotate(
     Raises ``AnnotateError`` on a bad record (``on_error="raise"``, naming
     the file and line) and on a shard whose written count differs from its
     read count (naming the shard); the finished shards stay and a rerun
-    continues from there.
+    continues from there. ``progress``: a tqdm bar (True), nothing (False), or
+    a function called with (docs, chars) so far after each record.
     """
     start = time.perf_counter()
     if engine not in ENGINES:
@@ -130,7 +135,7 @@ def annotate(
     stream = ENGINES[engine](
         pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
         threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
-        address=address, confidence=confidence, fmt=fmt, progress=progress,
+        address=address, confidence=confidence, fmt=fmt, progress=progress is True,
         gpu=gpus_per_worker > 0,
     )
     bar = _Progress(progress, len(todo))
