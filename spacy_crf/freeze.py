@@ -1,0 +1,78 @@
+"""Freeze parameters of a pipeline's PyTorch models by name, before training.
+
+The word-embedding table of the offline encoder holds most of its weights
+(about 93k pieces x 384), but a batch of Chinese text touches a few hundred
+rows of it. Fine-tuning it anyway costs, every step, a dense gradient of the
+whole table in the backward pass and an Adam update over all of it. Frozen
+parameters (``requires_grad = False``) get no gradient, so the backward pass
+skips them and thinc's PyTorch shim never hands them to the optimizer.
+
+In a training config::
+
+    [initialize.after_init]
+    @callbacks = "spacy_crf.freeze_parameters.v1"
+    patterns = ["embeddings.word_embeddings.*"]
+
+The patterns are glob patterns over the parameter names of the Hugging Face
+model (``embeddings.word_embeddings.weight``,
+``encoder.layer.0.attention.self.query.weight``, ...), as in
+``spacy_crf.GroupedAdam.v1``'s ``param_groups``.
+"""
+from fnmatch import fnmatchcase
+from typing import Callable, Iterator, List, Sequence, Tuple
+
+from spacy.language import Language
+from spacy.util import registry
+from thinc.api import Model
+
+
+def _torch_modules(nlp: Language) -> Iterator[Tuple[str, object]]:
+    """(component name, torch module) for every PyTorch shim in the pipeline's models."""
+    for name, component in nlp.components:
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            continue
+        for node in model.walk():
+            for shim in node.shims:
+                module = getattr(shim, "_model", None)
+                if module is not None and hasattr(module, "named_parameters"):
+                    yield name, module
+
+
+def freeze_parameters(nlp: Language, patterns: Sequence[str]) -> List[str]:
+    """Set ``requires_grad = False`` on every parameter whose name matches a pattern.
+
+    Returns ``component:parameter`` of what was frozen. Raises ``ValueError``
+    when a pattern matches nothing, so that a typo does not silently train
+    everything.
+    """
+    if isinstance(patterns, str):
+        raise ValueError(f"patterns must be a list of glob patterns, got the string {patterns!r}")
+    frozen: List[str] = []
+    used = set()
+    for component, module in _torch_modules(nlp):
+        for param_name, param in module.named_parameters():
+            hits = [p for p in patterns if fnmatchcase(param_name, p)]
+            if hits:
+                param.requires_grad_(False)
+                param.grad = None
+                used.update(hits)
+                frozen.append(f"{component}:{param_name}")
+    unused = [p for p in patterns if p not in used]
+    if unused:
+        raise ValueError(
+            f"spacy_crf.freeze_parameters.v1: no parameter of the pipeline's PyTorch models "
+            f"matches {unused}. Parameter names look like 'embeddings.word_embeddings.weight'."
+        )
+    return frozen
+
+
+@registry.callbacks("spacy_crf.freeze_parameters.v1")
+def make_freeze_parameters(patterns: List[str]) -> Callable[[Language], Language]:
+    """An ``[initialize.after_init]`` callback that freezes the matching parameters."""
+
+    def after_init(nlp: Language) -> Language:
+        freeze_parameters(nlp, patterns)
+        return nlp
+
+    return after_init
