@@ -538,13 +538,127 @@ def test_cli_reports_file_and_line(tmp_path):
     assert result.exit_code == 1
     assert f"{bad}:2: invalid BIO tag 'X-LOC'" in " ".join(result.output.split())
     assert "Traceback" not in result.output
-    good = write(tmp_path, "train.txt", "上海  推\n")
+    good = write(tmp_path, "train.txt", "上海  推\n今天  好\n")
     result = runner.invoke(app, ["sighan", str(good), str(tmp_path / "ok.spacy"), "--max-chars", "100",
                                  "--dev-output", str(tmp_path / "dev.spacy"), "--dev-ratio", "0.5", "--seed", "2"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ok.spacy").exists() and (tmp_path / "dev.spacy").exists()
     result = runner.invoke(app, ["conll", str(good), str(tmp_path / "x.spacy"), "--max-chars", "100"])
     assert result.exit_code == 1 and "unknown corpus format 'conll'" in " ".join(result.output.split())
+
+
+def _cli():
+    app = typer.Typer()
+    app.command()(convert_corpus_cli)
+    return app
+
+
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_cli_refuses_an_output_that_is_the_input_or_the_other_output(tmp_path, monkeypatch):
+    text = "上海  推\n今天  好\n我们  去\n"
+    src = write(tmp_path, "train.txt", text)
+    (tmp_path / "link.txt").symlink_to(src)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    cases = [
+        [str(src), str(src)],
+        ["train.txt", str(tmp_path / "sub" / ".." / "train.txt")],
+        [str(src), str(tmp_path / "link.txt")],
+        [str(src), "out.spacy", "--dev-output", "train.txt"],
+        [str(src), "out.spacy", "--dev-output", "./sub/../out.spacy"],
+    ]
+    for paths in cases:
+        before = _files(tmp_path)
+        result = runner.invoke(_cli(), ["sighan", *paths, "--max-chars", "100"])
+        assert result.exit_code == 1, (paths, result.output)
+        output = " ".join(result.output.split())
+        assert "overwrite the input" in output or "also the output" in output
+        assert src.read_text(encoding="utf8") == text and _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--max-chars", "-1"], "--max-chars"),
+    (["--max-chars", "100", "--dev-ratio", "1"], "--dev-ratio"),
+    (["--max-chars", "100", "--dev-ratio", "-0.1"], "--dev-ratio"),
+    (["--max-chars", "100", "--dev-ratio", "nan"], "--dev-ratio"),
+    (["--max-chars", "100", "--limit", "-1"], "--limit"),
+    (["--max-chars", "100", "--limit", "0"], "--limit"),
+])
+def test_cli_rejects_invalid_numbers(tmp_path, args, option):
+    src = write(tmp_path, "train.txt", "上海  推\n今天  好\n")
+    result = CliRunner().invoke(_cli(), ["sighan", str(src), str(tmp_path / "out.spacy"), *args])
+    assert result.exit_code == 2 and option in result.output and "must be" in result.output, result.output
+    assert not (tmp_path / "out.spacy").exists()
+
+
+def test_convert_api_rejects_invalid_numbers_before_reading(tmp_path):
+    missing = tmp_path / "missing.txt"  # never read: the options are checked first
+    for kwargs, needle in [({"max_chars": -5}, "max_chars"), ({"dev_ratio": 1.5}, "dev_ratio"),
+                           ({"limit": -1}, "limit"), ({"max_chars": 2.5}, "max_chars")]:
+        with pytest.raises(ValueError, match=needle):
+            convert_corpus("sighan", missing, tmp_path / "o.spacy", **kwargs)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "\ufeff"])
+def test_empty_corpus_is_an_error_naming_the_file(tmp_path, content):
+    src = write(tmp_path, "empty.txt", content)
+    with pytest.raises(CorpusFormatError, match="empty.txt: no documents"):
+        convert_corpus("sighan", src, tmp_path / "o.spacy", max_chars=0)
+    result = CliRunner().invoke(_cli(), ["sighan", str(src), str(tmp_path / "o.spacy"), "--max-chars", "0"])
+    assert result.exit_code == 1 and "empty.txt: no documents" in " ".join(result.output.split())
+    assert not (tmp_path / "o.spacy").exists()
+
+
+def test_dev_carving_that_leaves_a_part_empty_is_an_error(tmp_path):
+    one = write(tmp_path, "one.txt", "上海  推\n")
+    two = write(tmp_path, "two.txt", "上海  推\n今天  好\n")
+    for src, ratio in ((one, 0.5), (two, 0.0)):
+        with pytest.raises(ValueError, match="both need at least one"):
+            convert_corpus("sighan", src, tmp_path / "t.spacy", max_chars=0, dev_output=tmp_path / "d.spacy",
+                           dev_ratio=ratio)
+        assert not (tmp_path / "t.spacy").exists() and not (tmp_path / "d.spacy").exists()
+
+
+def test_a_failed_conversion_writes_nothing_and_keeps_old_outputs(tmp_path, monkeypatch):
+    lines = ["上  推", "今  好", "我  去", "他们  来"]
+    # a seed that carves the one doc with a two-character word into dev
+    seed = next(s for s in range(100) if carve_dev(lines, 0.25, s)[1] == ["他们  来"])
+    src = write(tmp_path, "train.txt", "\n".join(lines) + "\n")
+    out, dev = tmp_path / "out" / "train.spacy", tmp_path / "out" / "dev.spacy"
+    convert_corpus("sighan", src, out, max_chars=0, dev_output=dev, dev_ratio=0.5)
+    old = (out.read_bytes(), dev.read_bytes())
+    # the dev part cannot be split: the training file is not written either
+    with pytest.raises(SplitError, match="他们"):
+        convert_corpus("sighan", src, out, max_chars=1, dev_output=dev, dev_ratio=0.25, seed=seed)
+    assert (out.read_bytes(), dev.read_bytes()) == old
+    # interrupted while writing the dev file: no half file, no temp file, old outputs kept
+    real = DocBin.to_disk
+
+    def to_disk(self, path):
+        if "dev" in str(path):
+            Path(path).write_bytes(b"half")
+            raise KeyboardInterrupt
+        return real(self, path)
+
+    monkeypatch.setattr(DocBin, "to_disk", to_disk)
+    with pytest.raises(KeyboardInterrupt):
+        convert_corpus("sighan", src, out, max_chars=0, dev_output=dev, dev_ratio=0.25)
+    assert (out.read_bytes(), dev.read_bytes()) == old
+    assert _files(out.parent) == ["dev.spacy", "train.spacy"]
+
+
+def test_char_corpus_reader_rejects_negative_numbers(tmp_path):
+    reader = spacy.registry.readers.get("spacy_crf.CharCorpus.v1")
+    joint = spacy.registry.readers.get("spacy_crf.JointCorpus.v1")
+    for kwargs in ({"max_length": -1}, {"limit": -1}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            reader(tmp_path / "x.spacy", **kwargs)
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            joint(tmp_path / "w.spacy", tmp_path / "e.spacy", **kwargs)
 
 
 def test_char_corpus_reader(tmp_path, nlp):

@@ -7,7 +7,7 @@ import typer
 from wasabi import msg
 
 from ..corpora.convert import FORMATS
-from ._app import app
+from ._app import app, check_option
 
 
 @app.command("convert-corpus")
@@ -16,18 +16,23 @@ def convert_corpus_cli(
     input_path: Path = typer.Argument(..., help="Corpus file to read", exists=True, dir_okay=False),
     output_path: Path = typer.Argument(..., help="Output .spacy file"),
     max_chars: int = typer.Option(
-        ..., "--max-chars", help="Split docs longer than this many characters (0: no splitting)"
+        ..., "--max-chars", help="Split docs longer than this many characters (0: no splitting; must be >= 0)"
     ),
     dev_output: Optional[Path] = typer.Option(None, "--dev-output", help="Also carve a dev set into this .spacy file"),
-    dev_ratio: float = typer.Option(0.1, "--dev-ratio", help="Share of docs carved into --dev-output"),
+    dev_ratio: float = typer.Option(0.1, "--dev-ratio", help="Share of docs carved into --dev-output, in [0, 1)"),
     seed: int = typer.Option(0, "--seed", help="Random seed of the dev carving"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Keep only the first N docs (smoke runs)"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Keep only the first N >= 1 docs (smoke runs; default: all)"),
 ) -> None:
     """Convert a CWS or NER corpus to spaCy's .spacy format.
 
     Docs longer than --max-chars characters are split at sentence or clause
     ends, never inside a word or entity; counts are printed at every step and
     malformed input is reported as FILE:LINE.
+
+    Invalid options, an output that is the input or the other output, and
+    an empty corpus are errors, checked before anything is written; each
+    output is written to a temporary file and renamed into place, so an
+    interrupted run leaves the old file (or none), never half of one.
 
     \b
     Examples:
@@ -37,6 +42,10 @@ def convert_corpus_cli(
     """
     from ..corpora import CorpusFormatError, SplitError, convert_corpus
 
+    check_option("--max-chars", max_chars, minimum=0, hint="0: no splitting")
+    check_option("--dev-ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
+    if limit is not None:
+        check_option("--limit", limit, minimum=1, hint="leave it out to keep every doc")
     try:
         convert_corpus(
             fmt,

@@ -2,6 +2,7 @@
 printed and returned at every step (``spacy crf convert-corpus``)."""
 import warnings
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -9,7 +10,8 @@ from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 from wasabi import msg
 
-from .base import CorpusWarning, PathLike
+from ..util import atomic_path, check_number, check_output_paths
+from .base import CorpusFormatError, CorpusWarning, PathLike
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import read_cluener
 from .sighan import read_sighan
@@ -68,6 +70,22 @@ def _print_counts(title: str, counts: Dict[str, object]) -> None:
         msg.table(counts["entities"], header=("label", "entities"), divider=True)  # type: ignore[arg-type]
 
 
+def check_convert_options(fmt: str, *, max_chars: int, dev_ratio: float, seed: int, limit: Optional[int]) -> None:
+    """Raise ``ValueError`` naming the option for an invalid :func:`convert_corpus` setting."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if not isinstance(max_chars, int) or isinstance(max_chars, bool):
+        raise ValueError(f"max_chars must be an integer, got {max_chars!r}")
+    check_number("max_chars", max_chars, minimum=0, hint="0: no splitting")
+    check_number("dev_ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if limit is not None:
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise ValueError(f"limit must be an integer, got {limit!r}")
+        check_number("limit", limit, minimum=1, hint="leave it out to keep every doc")
+
+
 def convert_corpus(
     fmt: str,
     input_path: PathLike,
@@ -92,11 +110,18 @@ def convert_corpus(
     reader's own counts (blank lines, repairs) are under ``reader`` and the
     number of warnings under ``warnings``. Splitting is checked to keep every
     character, word and entity.
+
+    Everything is checked before anything is written, and nothing partial is
+    ever written: the options (``max_chars >= 0``, ``0 <= dev_ratio < 1``,
+    ``limit >= 1`` or None) and the paths (no output may be the input or
+    the other output, see :func:`~spacy_crf.util.check_output_paths`) before
+    reading; an empty corpus (no docs), or a dev carving that leaves the dev
+    or the training part empty, is an error naming the input file; every
+    part is split before the first is written; and each output is written
+    to a temporary file in its directory and renamed into place.
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+    check_convert_options(fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit)
+    check_output_paths([input_path], [output_path, dev_output])
     is_cws = fmt == "sighan"
     vocab = Vocab()
     reader_stats: Counter = Counter()
@@ -107,6 +132,9 @@ def convert_corpus(
     for w in caught:
         if not issubclass(w.category, CorpusWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    if not docs:
+        raise CorpusFormatError(input_path, None, "no documents: the file is empty or has only blank lines")
 
     stats: Dict[str, object] = {"format": fmt, "input": str(input_path)}
     msg.divider(f"{fmt}: {input_path}")
@@ -129,10 +157,16 @@ def convert_corpus(
     parts: List[Tuple[str, List[Doc], PathLike]]
     if dev_output is not None:
         train, dev = carve_dev(docs, dev_ratio, seed)
+        if not train or not dev:
+            raise ValueError(
+                f"{input_path}: carving a dev set with ratio {dev_ratio} from {len(docs)} docs leaves "
+                f"{len(train)} training and {len(dev)} dev docs; both need at least one"
+            )
         parts = [("train", train, output_path), ("dev", dev, dev_output)]
     else:
         parts = [("output", docs, output_path)]
-    outputs: Dict[str, object] = {}
+    # split every part before writing any, so that a SplitError leaves no output behind
+    prepared = []
     for name, part, path in parts:
         before = corpus_counts(part, is_cws)
         if dev_output is not None:
@@ -144,9 +178,12 @@ def convert_corpus(
             if before.get(key) != written.get(key):  # pragma: no cover - guarded by split_long
                 raise RuntimeError(f"splitting changed the {key} count: {before.get(key)} -> {written.get(key)}")
         n_split = sum(1 for doc in part if len(doc.text) > max_chars > 0)
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        DocBin(docs=pieces, store_user_data=False).to_disk(out)
+        prepared.append((name, pieces, Path(path), before, cuts, written, n_split))
+    outputs: Dict[str, object] = {}
+    with ExitStack() as stack:  # every output is renamed into place only once all are written
+        for name, pieces, out, *_ in prepared:
+            DocBin(docs=pieces, store_user_data=False).to_disk(stack.enter_context(atomic_path(out)))
+    for name, pieces, out, before, cuts, written, n_split in prepared:
         outputs[name] = {
             "path": str(out),
             "before_split": before,

@@ -8,7 +8,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Corpus, Example
 
-from ..util import NO_GOLD_WORDS, doc_source
+from ..util import NO_GOLD_WORDS, check_number, doc_source
 from .base import PathLike
 from .split import split_long
 
@@ -30,6 +30,8 @@ class CharCorpus(Corpus):
     """
 
     def __init__(self, path: PathLike, *, max_length: int = 0, limit: int = 0) -> None:
+        check_number("max_length", max_length, minimum=0, hint="0: no limit")
+        check_number("limit", limit, minimum=0, hint="0: all docs")
         super().__init__(path, limit=limit, gold_preproc=False, max_length=0)
         self.max_chars = max_length
 
