@@ -227,7 +227,7 @@ def test_a_rerun_finishes_an_interrupted_run_without_duplicates(pipeline_dir, tm
     write_jsonl(src / "s1.jsonl", None, lines=['{"text": "张三去上海", "id": "1-0"}', "{oops"])
     out = tmp_path / "out"
     with pytest.raises(AnnotateError, match=r"s1\.jsonl, line 2"):  # the run dies inside shard 2
-        annotate(str(pipeline_dir), str(src), str(out), progress=False)
+        annotate(str(pipeline_dir), str(src), str(out), n_process=2, batch_size=2, progress=False)
     assert (out / "s0.jsonl").exists() and not (out / "s1.jsonl").exists()
     assert partial_path(out / "s1.jsonl").exists()
     first = (out / "s0.jsonl").stat()

@@ -97,7 +97,11 @@ def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, s
 
 def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                  batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
-                 confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, **_) -> Iterator[Dict[str, Any]]:
+                 confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, stop_on_error: bool = False,
+                 **_) -> Iterator[Dict[str, Any]]:
+    """``stop_on_error``: read no further than the first bad record, so that the
+    caller can drain the stream instead of abandoning it: an abandoned
+    ``nlp.pipe(n_process=2)`` can leave its workers blocked on a full pipe."""
     if threads is None and n_process > 1:
         threads = max(1, (os.cpu_count() or 1) // n_process)
     set_threads(threads)
@@ -106,12 +110,22 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
     if n_process > 1:  # spaCy's own batches run across shard ends
-        yield from annotate_rows(nlp, shard_rows(shards, text_key, id_key), batch_size=batch_size,
+        rows = shard_rows(shards, text_key, id_key)
+        yield from annotate_rows(nlp, _until_error(rows) if stop_on_error else rows, batch_size=batch_size,
                                  n_process=n_process, confidence=confidence, fmt=fmt)
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
             yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt)
+            if stop_on_error and any(row["kind"] == "error" for row in chunk):
+                return
+
+
+def _until_error(rows: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+    for row in rows:
+        yield row
+        if row["kind"] == "error":
+            return
 
 
 # --- Ray ------------------------------------------------------------------------

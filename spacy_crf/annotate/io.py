@@ -241,13 +241,23 @@ class ParquetWriter(ShardWriter):
         if self.confidence:
             ent_fields.append(pa.field("confidence", pa.float64()))
         known = {"words": pa.list_(pa.list_(pa.int64())), "ents": pa.list_(pa.struct(ent_fields)), "text": pa.string()}
+        keys = list(dict.fromkeys(k for r in records for k in r)) if records else list(OUTPUT_KEYS)
+        if self.schema is not None:
+            new = [k for k in keys if k not in self.schema.names]
+            if new:
+                raise AnnotateError(
+                    f"{self.final}: field {new[0]!r} first appears after record {self.count - len(records)}; a "
+                    "Parquet file has one schema, set by its first row group: write JSONL instead")
+            keys = self.schema.names
         columns = {}
-        for key in records[0].keys() if records else OUTPUT_KEYS:
+        for key in keys:
             values = [r.get(key) for r in records]
-            if self.schema is not None and key in self.schema.names:
-                columns[key] = pa.array(values, type=self.schema.field(key).type)
-            else:
-                columns[key] = pa.array(values, type=known.get(key))
+            kind = self.schema.field(key).type if self.schema is not None else known.get(key)
+            try:
+                columns[key] = pa.array(values, type=kind)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+                raise AnnotateError(f"{self.final}: field {key!r} has values of more than one type ({e}); "
+                                    "write JSONL instead") from None
         return pa.table(columns)
 
     def _flush(self):
@@ -259,8 +269,6 @@ class ParquetWriter(ShardWriter):
         if self.writer is None:
             self.schema = table.schema
             self.writer = pq.ParquetWriter(str(self.tmp), self.schema)
-        else:
-            table = table.select(self.schema.names).cast(self.schema)
         self.writer.write_table(table)
         self.buffer = []
 

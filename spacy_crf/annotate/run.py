@@ -136,7 +136,7 @@ def annotate(
         pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
         threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
         address=address, confidence=confidence, fmt=fmt, progress=progress is True,
-        gpu=gpus_per_worker > 0,
+        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise",
     )
     bar = _Progress(progress, len(todo))
     writers: Dict[int, Any] = {}
@@ -145,8 +145,11 @@ def annotate(
     shard_chars: Dict[int, int] = {}
     first_record: Optional[float] = None
     docs = chars = skipped = 0
+    fatal: Optional[AnnotateError] = None
     try:
         for row in stream:
+            if fatal is not None:
+                continue  # the local engine stopped reading at the error: drain what is in flight
             i = row["shard"]
             kind = row["kind"]
             if kind == "doc":
@@ -162,8 +165,11 @@ def annotate(
                 bar.update(len(row["text"]))
             elif kind == "error":
                 if on_error == "raise":
-                    raise AnnotateError(f"{shards[i]}, line {row['line']}: {row['error']} "
-                                        "(pass --on-error skip to log it to errors.jsonl and go on)")
+                    fatal = AnnotateError(f"{shards[i]}, line {row['line']}: {row['error']} "
+                                          "(pass --on-error skip to log it to errors.jsonl and go on)")
+                    if engine == "local":
+                        continue
+                    break
                 errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
                 skipped += 1
             else:  # "end": the shard is complete; check and commit it
@@ -182,6 +188,8 @@ def annotate(
                                                 "chars": shard_chars.pop(i, 0)}) + "\n")
                 writer.commit()
                 finished.append(i)
+        if fatal is not None:
+            raise fatal
     finally:
         bar.close()
         for writer in writers.values():
