@@ -11,9 +11,10 @@ Both engines run the same code on the same batches (``shard_chunks``:
   a bad record is reported with its file and line exactly as locally); an
   actor pool (``workers`` actors, each loading the pipeline once, with
   ``cpus_per_worker`` torch threads and optionally a GPU) annotates them with
-  ``map_batches`` (a read block of ``batch_size`` rows of one shard is one
-  batch, exactly the batch the local engine gives ``nlp.pipe`` with
-  ``n_process=1``; results stream back batch by batch); the driver iterates the result with ``preserve_order`` and
+  ``map_batches``. A Ray row is a packed chunk of ``batch_size`` rows of
+  one shard, exactly the batch the local engine gives ``nlp.pipe`` with
+  ``n_process=1``, and a block is one chunk: the pool balances chunks, not
+  shards, and results stream back chunk by chunk. The driver iterates the result with ``preserve_order`` and
   writes each shard itself (one output per input shard, counts checked,
   temporary name then rename). Reading the shards on the cluster keeps the
   driver from parsing everything, and one dataset for the whole run keeps the
@@ -132,26 +133,29 @@ def _until_error(rows: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
 
 
 def _schemas():
+    """A Ray row is one packed chunk (``batch_size`` rows of one shard), so
+    that no block or batch boundary of Ray's can ever cut a chunk."""
     import pyarrow as pa
 
-    rows = pa.schema([("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
-                      ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())])
-    out = rows.append(pa.field("ann", pa.large_string())).append(pa.field("doc", pa.large_binary()))
-    return rows, out
+    row = [("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
+           ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())]
+    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary())]
+    return (pa.schema([("rows", pa.large_list(pa.struct(row)))]),
+            pa.schema([("rows", pa.large_list(pa.struct(out)))]))
 
 
-def _read_shard_batches(batch, text_key: str, id_key: str, chunk: int):
-    """Ray read step: one input row (a shard) -> its rows, ``chunk`` at a time."""
+def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
+    """Ray read step: one shard -> its chunks, one packed row (and block) each."""
     import pyarrow as pa
 
     schema, _ = _schemas()
     for shard in batch.to_pylist():
         for rows in shard_chunks(shard["path"], shard["shard"], shard["name"], text_key, id_key, chunk):
-            yield pa.Table.from_pylist(rows, schema=schema)
+            yield pa.Table.from_pylist([{"rows": rows}], schema=schema)
 
 
 class RayAnnotator:
-    """One actor of the pool: loads the pipeline once, annotates batches."""
+    """One actor of the pool: loads the pipeline once, annotates chunks."""
 
     def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool) -> None:
         import spacy_crf  # noqa: F401  (registers the factories in the worker)
@@ -165,8 +169,11 @@ class RayAnnotator:
     def __call__(self, batch):
         import pyarrow as pa
 
-        rows = batch.to_pylist()
-        out = list(annotate_rows(self.nlp, rows, batch_size=max(1, len(rows)), confidence=self.confidence, fmt=self.fmt))
+        out = []
+        for packed in batch.column("rows").to_pylist():
+            rows = list(annotate_rows(self.nlp, packed, batch_size=max(1, len(packed)),
+                                      confidence=self.confidence, fmt=self.fmt))
+            out.append({"rows": rows})
         return pa.Table.from_pylist(out, schema=self.schema)
 
 
@@ -186,30 +193,36 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  configure_logging=True, logging_level="warning")
         started = True
+    ctx = ray.data.DataContext.get_current()
+    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
     try:
-        ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
         ctx.enable_progress_bars = progress
         ctx.print_on_execution_start = False
+        # Blocks as small as Ray allows: one chunk each, so that chunks, not whole
+        # shards, are what the pool balances and what streams back. (A dataset
+        # copies the context when it is created: set before from_items.)
+        ctx.target_max_block_size = 1
         if not shards:
             return
         if os.path.exists(pipeline):  # actors may start in another folder
             pipeline = os.path.abspath(pipeline)
         items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = ds.map_batches(_read_shard_batches, batch_size=1, batch_format="pyarrow", num_cpus=0,
+        ds = ds.map_batches(_read_shard_chunks, batch_size=1, batch_format="pyarrow", num_cpus=0,
                             fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": batch_size})
         ds = ds.map_batches(
             RayAnnotator,
             fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
                                    "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
-            # batch_size=None: a batch is a block, i.e. one chunk of one shard, as locally
-            batch_size=None, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
+            batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            yield from batch.to_pylist()
+            for packed in batch.column("rows").to_pylist():
+                yield from packed
     finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
         if started:
             ray.shutdown()
 
