@@ -70,3 +70,48 @@ def test_speed_writes_json(tmp_path):
     assert [(r["n_process"], r["batch_size"]) for r in result["runs"]] == [(1, 2)]
     assert result["runs"][0]["chars_per_s"] > 0
     assert set(result["seconds_per_1k_chars"]) == {"tokenizer", "crf_segmenter"}
+
+
+def _speed(args):
+    result = CliRunner().invoke(app, ["speed", *map(str, args)])
+    return result, " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--batch-sizes", "0"], "--batch-sizes"),
+    (["--batch-sizes", "32,-1"], "--batch-sizes"),
+    (["--batch-sizes", "a"], "--batch-sizes"),
+    (["--n-process", "0"], "--n-process"),
+    (["--repeats", "0"], "--repeats"),
+    (["--limit", "-1"], "--limit"),
+])
+def test_speed_rejects_invalid_numbers(tmp_path, args, option):
+    _, path, _ = _pipeline(tmp_path)
+    result, output = _speed([path, tmp_path / "dev.spacy", *args, "--output", tmp_path / "speed.json"])
+    assert result.exit_code == 2 and option in result.output, result.output
+    assert "Traceback" not in output and not (tmp_path / "speed.json").exists()
+
+
+def test_speed_clear_errors_for_bad_data_and_pipeline(tmp_path):
+    _, path, _ = _pipeline(tmp_path)
+    DocBin().to_disk(tmp_path / "empty.spacy")
+    (tmp_path / "text.spacy").write_text("not a DocBin", encoding="utf8")
+    DocBin(docs=[spacy.blank("zh").make_doc("")]).to_disk(tmp_path / "blank.spacy")
+    dev = tmp_path / "dev.spacy"
+    cases = [
+        ([path, tmp_path / "empty.spacy"], "empty.spacy: no docs"),
+        ([path, dev, tmp_path / "missing.spacy"], "missing.spacy: no such file"),
+        ([path, tmp_path / "text.spacy"], "text.spacy: not a .spacy"),
+        ([path, tmp_path / "blank.spacy"], "no text to time"),
+        ([tmp_path / "no_pipeline", dev], "cannot load the pipeline"),
+        (["zh_no_such_package", dev], "cannot load the pipeline"),
+        ([path, dev, "--output", dev], "would overwrite the input"),
+        ([path, dev, "--output", tmp_path / "pipeline"], "pipeline is an existing directory"),
+    ]
+    for args, needle in cases:
+        before = dev.read_bytes()
+        result, output = _speed(args)
+        assert result.exit_code == 1, (args, result.output)
+        assert needle in output and "Traceback" not in output, (args, output)
+        assert dev.read_bytes() == before
+

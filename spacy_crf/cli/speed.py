@@ -17,23 +17,47 @@ from typing import Any, Dict, List, Sequence
 import typer
 from wasabi import msg
 
-from ._app import app
+from ._app import app, check_option
+
+
+class SpeedError(ValueError):
+    """Invalid input of :func:`measure_speed`: the message names the file or setting."""
 
 
 def load_texts(paths: Sequence[str], limit: int) -> List[str]:
-    """The texts of the docs in ``.spacy`` files, the first ``limit`` of each (0: all)."""
+    """The texts of the docs in ``.spacy`` files, the first ``limit`` of each (0: all).
+
+    A file that is missing, is not a ``.spacy`` file or holds no doc is a
+    :class:`SpeedError` naming it; so is a total of no characters."""
     from spacy.tokens import DocBin
     from spacy.vocab import Vocab
 
     vocab = Vocab()
     texts: List[str] = []
     for path in paths:
-        docs = DocBin().from_disk(path).get_docs(vocab)
-        for i, doc in enumerate(docs):
-            if limit and i >= limit:
-                break
-            texts.append(doc.text)
+        if not Path(path).is_file():
+            raise SpeedError(f"{path}: no such file")
+        try:
+            docs = list(DocBin().from_disk(path).get_docs(vocab))
+        except Exception as err:  # msgpack/zlib/KeyError: not a DocBin
+            raise SpeedError(f"{path}: not a .spacy (DocBin) file ({type(err).__name__}: {err})") from None
+        if not docs:
+            raise SpeedError(f"{path}: no docs (empty .spacy file)")
+        texts.extend(doc.text for doc in (docs[:limit] if limit else docs))
+    if not sum(map(len, texts)):
+        raise SpeedError(f"{', '.join(map(str, paths))}: the docs have no text to time")
     return texts
+
+
+def check_speed_options(*, limit: int, batch_sizes: Sequence[int], n_process: Sequence[int], repeats: int) -> None:
+    """Raise :class:`SpeedError` naming the setting for an invalid value."""
+    for name, values in (("batch_sizes", batch_sizes), ("n_process", n_process)):
+        if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+            raise SpeedError(f"{name} must be one or more integers >= 1, got {list(values)!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise SpeedError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if not isinstance(limit, int) or limit < 0:
+        raise SpeedError(f"limit must be an integer >= 0 (0: all docs), got {limit!r}")
 
 
 def chars_per_second(nlp, texts: List[str], batch_size: int, n_process: int, repeats: int) -> float:
@@ -68,15 +92,18 @@ def component_seconds(nlp, texts: List[str], batch_size: int) -> Dict[str, float
 def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batch_sizes: Sequence[int] = (32, 128),
                   n_process: Sequence[int] = (1, 2), repeats: int = 3) -> Dict[str, Any]:
     """Load ``pipeline`` (a directory or package name), time it on the texts of
-    ``data`` and print tables; returns what :func:`speed_cli` writes as JSON."""
+    ``data`` and print tables; returns what :func:`speed_cli` writes as JSON.
+    Settings and data are checked before the pipeline is loaded
+    (:class:`SpeedError`); a pipeline that cannot be loaded raises ``OSError``."""
     import spacy
 
     from ..util import hardware
 
+    check_speed_options(limit=limit, batch_sizes=batch_sizes, n_process=n_process, repeats=repeats)
+    texts = load_texts(data, limit)
     # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = spacy.load(pipeline)
-    texts = load_texts(data, limit)
     n_chars = sum(map(len, texts))
     msg.info(f"{pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
              f"(mean {n_chars / max(len(texts), 1):.1f} per text)")
@@ -100,8 +127,15 @@ def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batc
     }
 
 
-def _ints(text: str) -> List[int]:
-    return [int(x) for x in text.split(",")]
+def _ints(text: str, option: str) -> List[int]:
+    """Comma-separated integers >= 1 of a command-line option (typer's BadParameter otherwise)."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
+    for value in values:
+        check_option(option, value, minimum=1)
+    return values
 
 
 @app.command("speed")
@@ -123,16 +157,30 @@ def speed_cli(
     gets one untimed warm-up batch, then the median chars/s over --repeats
     passes. The per-component breakdown uses the last batch size.
 
+    Batch sizes, process counts and --repeats must be >= 1 and --limit >= 0;
+    a missing or empty .spacy file, a pipeline that cannot be loaded and an
+    --output that is the pipeline or a data file are errors, reported before
+    any timing. The JSON is written to a temporary file and renamed.
+
     \b
     Examples:
       spacy crf speed pipeline corpus/sxu/dev.spacy corpus/msra/dev.spacy
       spacy crf speed zh_crf_pipeline dev.spacy --limit 1000 --batch-sizes 32,128 --n-process 1,2 --output speed.json
     """
-    import srsly
+    from ..util import OutputPathError, check_output_paths, write_json_atomic
 
-    result = measure_speed(pipeline, data, limit=limit, batch_sizes=_ints(batch_sizes), n_process=_ints(n_process),
-                           repeats=repeats)
+    sizes, processes = _ints(batch_sizes, "--batch-sizes"), _ints(n_process, "--n-process")
+    check_option("--repeats", repeats, minimum=1)
+    check_option("--limit", limit, minimum=0, hint="0: all docs")
+    try:
+        if output:
+            inputs = [*data, pipeline] if Path(pipeline).exists() else list(data)
+            check_output_paths(inputs, [output])
+        result = measure_speed(pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats)
+    except (SpeedError, OutputPathError) as err:
+        msg.fail(str(err), exits=1)
+    except OSError as err:  # spacy.load: no such package or directory, or not a pipeline
+        msg.fail(f"cannot load the pipeline {pipeline!r}", str(err), exits=1)
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        srsly.write_json(output, result)
+        write_json_atomic(output, result)
         msg.good(f"Wrote {output}")
