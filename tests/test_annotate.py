@@ -309,3 +309,10 @@ def test_command_line(pipeline_dir, tmp_path):
     said = " ".join(result.output.split())
     assert "1 docs" in said and "skipped records: 1" in said
     assert [r["text"] for r in read_output(tmp_path / "out" / "x.parquet")] == ["张三去上海"]
+
+
+def test_a_missing_pipeline_or_input_fails_early(tmp_path):
+    with pytest.raises(AnnotateError, match="no such folder or installed package"):
+        annotate(str(tmp_path / "nope"), str(tmp_path), str(tmp_path / "out"), engine="ray")
+    with pytest.raises(AnnotateError, match="no input files"):
+        annotate(str(tmp_path), str(tmp_path / "*.jsonl"), str(tmp_path / "out"))

@@ -103,6 +103,11 @@ def annotate(
         raise AnnotateError(f"unknown engine {engine!r}; use one of {sorted(ENGINES)}")
     if on_error not in ("raise", "skip"):
         raise AnnotateError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+    if isinstance(pipeline, (str, os.PathLike)) and not Path(pipeline).exists():
+        from spacy.util import is_package
+
+        if not is_package(str(pipeline)):  # fail here, not in every Ray actor
+            raise AnnotateError(f"pipeline {str(pipeline)!r}: no such folder or installed package")
     root, shards = find_shards(str(input))
     out = Path(output)
     by_ext = next((f for f, ext in OUTPUT_FORMATS.items() if out.name.endswith(ext)), None)
