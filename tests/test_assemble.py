@@ -85,3 +85,66 @@ def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, t
     assert got == want
     with pytest.raises(ValueError, match="expected one crf_tagger with scheme bio or bioes"):
         assemble(trained_dirs / "cws")  # a segmentation model alone has no NER tagger
+
+
+def _assemble_cli(args):
+    import typer
+    from typer.testing import CliRunner
+
+    from assemble import assemble_cli
+
+    app = typer.Typer()
+    app.command()(assemble_cli)
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result, " ".join(result.output.split())
+
+
+def _tree(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def test_assemble_cli_never_writes_over_a_model_or_a_foreign_directory(trained_dirs, tmp_path):
+    cws, ner = trained_dirs / "cws", trained_dirs / "ner"
+    before = _tree(trained_dirs)
+    for output in (cws, ner, trained_dirs, cws / ".." / "ner"):
+        result, text = _assemble_cli([cws, output, "--ner", ner])
+        assert result.exit_code == 1 and "would overwrite the input" in text, text
+    assert _tree(trained_dirs) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me", encoding="utf8")
+    result, text = _assemble_cli([cws, mine, "--ner", ner])
+    assert result.exit_code == 1 and "--force" in text
+    assert _tree(mine) == ["notes.txt"]
+    # an earlier pipeline is replaced without --force; a foreign directory with it
+    result, text = _assemble_cli([cws, tmp_path / "pipeline", "--ner", ner])
+    assert result.exit_code == 0, text
+    result, text = _assemble_cli([cws, tmp_path / "pipeline", "--ner", ner, "--name", "second"])
+    assert result.exit_code == 0, text
+    assert spacy.load(tmp_path / "pipeline").meta["name"] == "second"
+    result, text = _assemble_cli([cws, mine, "--ner", ner, "--force"])
+    assert result.exit_code == 0 and "notes.txt" not in _tree(mine)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "pipeline"]
+
+
+def test_an_interrupted_save_keeps_the_earlier_pipeline(trained_dirs, tmp_path, monkeypatch):
+    from spacy.language import Language
+
+    from assemble import save_pipeline
+
+    nlp = assemble(trained_dirs / "cws", trained_dirs / "ner")
+    save_pipeline(nlp, tmp_path / "pipeline")
+    before = _tree(tmp_path / "pipeline")
+    real = Language.to_disk
+
+    def to_disk(self, path, **kwargs):
+        real(self, path, **kwargs)
+        (path / "meta.json").write_text("{half", encoding="utf8")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Language, "to_disk", to_disk)
+    with pytest.raises(KeyboardInterrupt):
+        save_pipeline(nlp, tmp_path / "pipeline")
+    assert _tree(tmp_path / "pipeline") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline"]
+    assert spacy.load(tmp_path / "pipeline").pipe_names == nlp.pipe_names

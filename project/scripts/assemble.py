@@ -25,6 +25,9 @@ from typing import Optional, Tuple
 import spacy
 import typer
 from spacy.language import Language
+from wasabi import msg
+
+from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_output_paths
 
 # The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
@@ -92,18 +95,44 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     return nlp
 
 
+def save_pipeline(nlp: Language, output: Path, *, inputs=(), force: bool = False) -> Path:
+    """Write ``nlp`` to ``output`` through a temporary directory that is
+    renamed into place once written and loaded back (so an interrupted run
+    leaves the earlier pipeline, or nothing). An existing ``output`` is
+    replaced only if it is empty or an earlier pipeline (it has ``meta.json``),
+    or with ``force``; it may never be or hold one of ``inputs``."""
+    check_output_paths(inputs, [], output_dirs=[output])
+    check_output_dir(output, marker="meta.json", force=force)
+    with atomic_dir(output) as tmp:
+        nlp.to_disk(tmp)
+        spacy.load(tmp)  # it loads back before it replaces anything
+    return Path(output)
+
+
 def assemble_cli(
     model: Path = typer.Argument(..., exists=True, help="Joint model (segmenter + NER), or the segmentation model with --ner"),
-    output: Path = typer.Argument(..., help="Directory to write the assembled pipeline to"),
+    output: Path = typer.Argument(..., help="Directory to write the assembled pipeline to (replaced if it is an earlier pipeline)"),
     ner_model: Optional[Path] = typer.Option(None, "--ner", exists=True, help="A separately trained NER model"),
     name: str = typer.Option("crf_pipeline", "--name", help="Pipeline name (package: zh_NAME)"),
     version: str = typer.Option("0.1.0", "--version", help="Pipeline version"),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"),
 ) -> None:
-    """Put the segmenter and the NER tagger into one pipeline and save it."""
-    nlp = assemble(model, ner_model, name=name, version=version)
-    nlp.to_disk(output)
-    texts = ["张三在北京大学工作。"]
-    doc = nlp(texts[0])
+    """Put the segmenter and the NER tagger into one pipeline and save it.
+
+    OUTPUT may not be (or hold) MODEL or the --ner model; it is written to a
+    temporary directory next to it and renamed into place, replacing an
+    earlier pipeline there; another non-empty directory needs --force.
+    """
+    try:
+        # checked before the (slow) models are loaded, and again when saving
+        check_output_paths([model, ner_model], [], output_dirs=[output])
+        check_output_dir(output, marker="meta.json", force=force)
+        nlp = assemble(model, ner_model, name=name, version=version)
+        texts = ["张三在北京大学工作。"]
+        doc = nlp(texts[0])
+        save_pipeline(nlp, output, inputs=[model, ner_model], force=force)
+    except (OutputPathError, ValueError) as err:
+        msg.fail(str(err), exits=1)
     typer.echo(f"pipeline {nlp.pipe_names} -> {output}")
     typer.echo(f"  {[t.text for t in doc]}  ents={[(e.text, e.label_) for e in doc.ents]}")
 
