@@ -316,3 +316,11 @@ def test_a_missing_pipeline_or_input_fails_early(tmp_path):
         annotate(str(tmp_path / "nope"), str(tmp_path), str(tmp_path / "out"), engine="ray")
     with pytest.raises(AnnotateError, match="no input files"):
         annotate(str(tmp_path), str(tmp_path / "*.jsonl"), str(tmp_path / "out"))
+
+
+def test_an_output_folder_inside_the_input_is_not_read(pipeline_dir, tmp_path):
+    write_jsonl(tmp_path / "in" / "x.jsonl", [{"text": "张三去上海"}])
+    for _ in range(2):  # the second run must not take in/out/x.jsonl for an input shard
+        summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "in" / "out"), progress=False)
+        assert summary["shards"] == 1
+    assert not (tmp_path / "in" / "out" / "out").exists()

@@ -124,6 +124,10 @@ def annotate(
         out_dir = out.parent
         errors_path = out.parent / (out.name[: -len(OUTPUT_FORMATS[fmt])] + ".errors.jsonl")
     else:
+        inside = [s for s in shards if out.resolve() in s.resolve().parents]
+        shards = [s for s in shards if s not in inside]  # OUTPUT inside INPUT: not an input
+        if not shards:
+            raise AnnotateError(f"{input}: no input files outside the output folder {out}")
         finals = [output_path(s, root, out, fmt) for s in shards]
         out_dir = out
         errors_path = out / "errors.jsonl"
