@@ -24,7 +24,6 @@ or batches; 0 expected between local:N:1 and ray with the same batch size)
 is reported.
 """
 import argparse
-import json
 import os
 import shutil
 import tempfile

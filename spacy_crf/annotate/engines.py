@@ -22,7 +22,7 @@ Both engines run the same code on the same batches (``shard_chunks``:
 """
 import os
 from itertools import chain
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .io import dumps, read_rows
 from .records import add_confidence, annotations, words_key
