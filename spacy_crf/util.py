@@ -110,9 +110,10 @@ def _inside(child: Path, parent: Path) -> bool:
 def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[Optional[PathLike]], *,
                        output_dirs: Iterable[Optional[PathLike]] = ()) -> None:
     """Raise :class:`OutputPathError` naming both paths when an output file
-    (``outputs``) or output directory (``output_dirs``) is an input, is
-    another output, or (for a directory, which is replaced as a whole)
-    contains an input or another output. ``None`` entries are ignored.
+    (``outputs``) or output directory (``output_dirs``) is an input, lies
+    inside an input directory, is another output, or (for a directory, which
+    is replaced as a whole) contains an input or another output. ``None``
+    entries are ignored.
     Paths are compared after resolving relative parts, ``..`` and symlinks,
     and with ``os.path.samefile`` (hard links) where both exist. An output
     file that is an existing directory is refused too."""
@@ -126,6 +127,9 @@ def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[O
         for inp in ins:
             if _same_path(out, inp) or (is_dir and _inside(inp, out)):
                 raise OutputPathError(f"output {out} would overwrite the input {inp}; choose another output path")
+            if inp.is_dir() and _inside(out, inp):
+                raise OutputPathError(f"output {out} is inside the input directory {inp}, which is read, "
+                                      "never written to; choose another output path")
         for j, (other, other_is_dir) in enumerate(outs):
             if j == i:
                 continue

@@ -721,3 +721,29 @@ def test_real_corpora_match_readme(nlp):
         assert sum(1 for _ in read_char_bmes(DATA / "ner/resume/dev.char.bmes", vocab)) == 463
         assert sum(1 for _ in read_cluener(DATA / "ner/cluener/train.json", vocab)) == 10748
         assert not any(d.ents for d in read_cluener(DATA / "ner/cluener/test.json", vocab))
+
+
+def test_project_convert_corpora_checks_its_options_first(tmp_path, monkeypatch, capsys):
+    import sys
+
+    import convert_corpora
+
+    (tmp_path / "assets").mkdir()
+    for argv, needle in ((["--limit", "-1"], "--limit"), (["--max-chars", "-1"], "--max-chars"),
+                         (["--dev-ratio", "1"], "--dev-ratio"), (["--dev-ratio", "nan"], "--dev-ratio"),
+                         (["--assets", str(tmp_path / "none")], "no such directory")):
+        monkeypatch.setattr(sys, "argv", ["convert_corpora.py", "--assets", str(tmp_path / "assets"),
+                                          "--out", str(tmp_path / "corpus"), *argv])
+        with pytest.raises(SystemExit) as exc:
+            convert_corpora.main()
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
+    assert not (tmp_path / "corpus").exists()
+    # a corpus file that is empty is an error naming it, and no manifest is written
+    (tmp_path / "assets" / "cws" / "sxu").mkdir(parents=True)
+    (tmp_path / "assets" / "cws" / "sxu" / "train.txt").write_text("", encoding="utf8")
+    monkeypatch.setattr(sys, "argv", ["convert_corpora.py", "--assets", str(tmp_path / "assets"),
+                                      "--out", str(tmp_path / "corpus"), "--only", "sxu"])
+    with pytest.raises(SystemExit) as exc:
+        convert_corpora.main()
+    assert "train.txt: no documents" in str(exc.value.code)
+    assert not (tmp_path / "corpus").exists()

@@ -91,3 +91,74 @@ def test_cli_reads_eval_file_split_and_note_from_the_manifest(tmp_path):
     written = json.loads((tmp_path / "metrics" / "cws_sxu_dev.json").read_text(encoding="utf8"))
     assert written["split"] == "dev" and written["note"] == "held back"
     assert written["data"] == str(tmp_path / "training" / "cws.spacy")
+
+
+def _evaluate_cli(args):
+    import typer
+
+    app = typer.Typer()
+    app.command()(evaluate_cli)
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result, " ".join(result.output.split())
+
+
+def _snapshot(path):
+    return {str(p): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_cli_never_writes_over_an_input(tmp_path):
+    model = _untrained_segmenter(tmp_path / "training" / "model-best")
+    data = tmp_path / "training" / "cws.spacy"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"sxu": {"task": "cws", "eval": str(data), "eval_split": "dev"}}), encoding="utf8")
+    (tmp_path / "words.utf8").write_text("北京\n", encoding="utf8")
+    before = _snapshot(tmp_path)
+    for args in (
+        ["cws", model, data, "--output", data],
+        ["cws", model, data, "--output", tmp_path / "training" / ".." / "training" / "cws.spacy"],
+        ["cws", model, data, "--output", model / "meta.json"],
+        ["cws", model, data, "--output", model],
+        ["cws", model, data, "--words", tmp_path / "words.utf8", "--output", tmp_path / "words.utf8"],
+        ["cws", model, "sxu", "--manifest", manifest, "--output", manifest],
+        ["cws", model, data, "--output", tmp_path / "training" / "train_meta.json"],
+    ):
+        result, text = _evaluate_cli(args)
+        assert result.exit_code == 1, (args, text)
+        assert any(n in text for n in ("overwrite the input", "existing directory", "inside the input directory"))
+        assert "Traceback" not in text, text
+        assert _snapshot(tmp_path) == before
+
+
+def test_cli_clear_errors_for_empty_or_missing_inputs(tmp_path):
+    model = _untrained_segmenter(tmp_path / "training" / "model-best")
+    DocBin().to_disk(tmp_path / "empty.spacy")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"sxu": {}}), encoding="utf8")
+    out = tmp_path / "metrics" / "out.json"
+    for args, needle in (
+        (["cws", model, tmp_path / "empty.spacy"], "empty.spacy: no docs"),
+        (["cws", model, tmp_path / "missing.spacy"], "missing.spacy: no such file"),
+        (["cws", model, tmp_path / "training" / "cws.spacy", "--words", tmp_path / "nowords.utf8"], "nowords.utf8"),
+        (["cws", model, "msra", "--manifest", manifest], "no corpus 'msra'"),
+    ):
+        result, text = _evaluate_cli([*args, "--output", out])
+        assert result.exit_code == 1 and needle in text and "Traceback" not in text, (args, text)
+        assert not out.parent.exists()
+    result, text = _evaluate_cli(["cws", model, tmp_path / "training" / "cws.spacy", "--limit", "-1", "--output", out])
+    assert result.exit_code == 2 and "--limit" in result.output
+    with pytest.raises(ValueError, match="limit"):
+        evaluate("cws", model, tmp_path / "training" / "cws.spacy", limit=-1)
+
+
+def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
+    import sys
+
+    import evaluate_all
+
+    for argv, needle in ((["--out", str(tmp_path), "--eval-limit", "-1"], "--eval-limit"),
+                         (["--out", str(tmp_path)], "manifest.json: no such file")):
+        monkeypatch.setattr(sys, "argv", ["evaluate_all.py", *argv])
+        with pytest.raises(SystemExit) as exc:
+            evaluate_all.main()
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -44,6 +44,12 @@ def test_check_output_paths_an_output_dir_may_not_hold_an_input(tmp_path):
         with pytest.raises(OutputPathError, match="overwrite the input"):
             check_output_paths([model], [], output_dirs=[out])
     check_output_paths([model], [], output_dirs=[tmp_path / "pipeline"])
+    # nothing is written into an input directory either (a model's meta.json, a new file)
+    for out in (model / "meta.json", model / "new" / "x.json"):
+        with pytest.raises(OutputPathError, match="inside the input directory"):
+            check_output_paths([model], [out])
+    with pytest.raises(OutputPathError, match="inside the input directory"):
+        check_output_paths([model], [], output_dirs=[model / "pipeline"])
     with pytest.raises(OutputPathError, match="also the output"):
         check_output_paths([], [tmp_path / "pipeline" / "x.json"], output_dirs=[tmp_path / "pipeline"])
 

@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import srsly
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
+from spacy_crf.util import write_json_atomic
 
 # (name, task, format, train file, dev file or None (carve), test file or None)
 CORPORA = [
@@ -71,6 +71,14 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default="", help="comma-separated corpus names (default: all)")
     args = p.parse_args()
+    if args.limit < 0:
+        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
+    if args.max_chars < 0:
+        p.error(f"--max-chars must be >= 0 (0: no splitting), got {args.max_chars}")
+    if not 0 <= args.dev_ratio < 1:
+        p.error(f"--dev-ratio must be in [0, 1), got {args.dev_ratio}")
+    if not Path(args.assets).is_dir():
+        p.error(f"--assets {args.assets}: no such directory")
     assets, out = Path(args.assets), Path(args.out)
     only = set(filter(None, args.only.split(",")))
     manifest, errors = {}, []
@@ -79,7 +87,7 @@ def main() -> None:
     def run(rel, fmt, output, **kw):
         try:
             stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed, **kw)
-        except (CorpusFormatError, SplitError) as err:  # the message starts with file:line
+        except (CorpusFormatError, SplitError, ValueError, OSError) as err:  # the message names the file
             sys.exit(f"error: {err}")
         check_counts(rel, stats, errors)
         return stats
@@ -113,8 +121,7 @@ def main() -> None:
         elif task == "cws":
             entry["dictionary"] = entry["train"]
         manifest[name] = entry
-    out.mkdir(parents=True, exist_ok=True)
-    srsly.write_json(out / "manifest.json", manifest)
+    write_json_atomic(out / "manifest.json", manifest)
     if errors:
         sys.exit("counts differ from the data README:\n  " + "\n  ".join(errors))
     print(f"converted {', '.join(manifest)}; counts match the data README; manifest: {out / 'manifest.json'}")

@@ -31,7 +31,8 @@ from spacy.training import Example
 
 from spacy_crf.corpora import read_word_list
 from spacy_crf.scorers import score_words
-from spacy_crf.util import hardware
+from spacy_crf.util import OutputPathError, check_number, check_output_paths, hardware, write_json_atomic
+from wasabi import msg
 
 from baselines import words_from_tags
 
@@ -80,17 +81,41 @@ def evaluate_ner(nlp: Language, refs: List[Doc], batch_size: int = 128) -> Dict[
     return {"scores": scores, "speed": speed}
 
 
+def read_docbin(data: Path) -> DocBin:
+    """The ``DocBin`` of a ``.spacy`` file; a missing, unreadable or empty
+    file is a ``ValueError`` naming it."""
+    if not Path(data).is_file():
+        raise ValueError(f"{data}: no such file")
+    try:
+        docbin = DocBin().from_disk(data)
+    except Exception as err:  # msgpack/zlib/KeyError: not a DocBin
+        raise ValueError(f"{data}: not a .spacy (DocBin) file ({type(err).__name__}: {err})") from None
+    if not len(docbin):
+        raise ValueError(f"{data}: no docs to score (empty .spacy file)")
+    return docbin
+
+
 def evaluate(task: str, model: Path, data: Path, *, words: Optional[Path] = None,
              split: str = "test", name: Optional[str] = None, train_meta: Optional[Path] = None,
              note: str = "", limit: int = 0, batch_size: int = 128) -> Dict[str, Any]:
+    """Scores, speed, hardware and training record of ``model`` on ``data``.
+    Settings and files are checked before the model is loaded; a missing or
+    empty corpus or word list is a ``ValueError`` naming it."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, not {task!r}")
+    check_number("limit", limit, minimum=0, hint="0: all docs")
+    check_number("batch_size", batch_size, minimum=1)
+    if words is not None and not Path(words).is_file():
+        raise ValueError(f"{words}: no such word list or .spacy file")
+    docbin = read_docbin(data)  # before the (slow) model is loaded
     nlp = spacy.load(model)
-    refs = list(DocBin().from_disk(data).get_docs(nlp.vocab))
+    refs = list(docbin.get_docs(nlp.vocab))
     if limit:
         refs = refs[:limit]
     if task == "cws":
         iv = load_word_set(words) if words else None
+        if iv is not None and not iv:
+            raise ValueError(f"{words}: no words (empty dictionary)")
         result = evaluate_cws(nlp, refs, iv)
         result["dictionary"] = {"path": str(words), "words": len(iv)} if iv is not None else None
     else:
@@ -124,15 +149,28 @@ def evaluate_cli(
     note: str = typer.Option("", "--note", help="Free text recorded with the scores"),
     limit: int = typer.Option(0, "--limit", help="Score only the first N docs (0: all)"),
 ) -> None:
-    """Score a pipeline on a corpus; write scores, speed, hardware and train time as JSON."""
-    if manifest is not None:
-        entry = json.loads(manifest.read_text(encoding="utf8"))[data]
-        data, split, note = entry["eval"], entry["eval_split"], note or entry.get("eval_note", "")
-    output = Path(output.replace("{split}", split))
-    result = evaluate(task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta,
-                      note=note, limit=limit)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+    """Score a pipeline on a corpus; write scores, speed, hardware and train time as JSON.
+
+    The output may not be one of the inputs; it is written to a temporary
+    file and renamed, so a failed run leaves no JSON (or the earlier one).
+    """
+    if limit < 0:
+        raise typer.BadParameter(f"must be >= 0 (0: all docs), got {limit}", param_hint="--limit")
+    try:
+        if manifest is not None:
+            entries = json.loads(manifest.read_text(encoding="utf8"))
+            if data not in entries:
+                raise ValueError(f"{manifest}: no corpus {data!r} (it has {', '.join(entries) or 'none'})")
+            entry = entries[data]
+            data, split, note = entry["eval"], entry["eval_split"], note or entry.get("eval_note", "")
+        output = Path(output.replace("{split}", split))
+        meta = Path(train_meta) if train_meta else Path(model).parent / "train_meta.json"
+        check_output_paths([model, data, words, manifest, meta], [output])
+        result = evaluate(task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta,
+                          note=note, limit=limit)
+    except (OutputPathError, ValueError, OSError) as err:
+        msg.fail(str(err), exits=1)
+    write_json_atomic(output, result)
     s = result["scores"]
     keys = ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"] if task == "cws" else ["ents_p", "ents_r", "ents_f"]
     shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)

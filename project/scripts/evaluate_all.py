@@ -17,12 +17,14 @@ Writes one JSON per score to ``ROOT/metrics/`` and the table
 README between the ``<!-- METRICS -->`` markers.
 """
 import argparse
-import json
 import re
+import sys
 from pathlib import Path
 
 import srsly
 from evaluate import evaluate
+
+from spacy_crf.util import write_json_atomic, write_text_atomic
 
 # (label, training dir); a model that was not trained is skipped. "joint" is the
 # default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are
@@ -43,12 +45,19 @@ def main() -> None:
     p.add_argument("--readme", default="")
     p.add_argument("--gpu-id", type=int, default=-1)
     args = p.parse_args()
+    if args.eval_limit < 0:
+        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
+    manifest_path = Path(args.out) / "corpus" / "manifest.json"
+    if not manifest_path.is_file():
+        p.error(f"{manifest_path}: no such file (run the corpus step first)")
+    if args.readme and not Path(args.readme).is_file():
+        p.error(f"--readme {args.readme}: no such file")
     if args.gpu_id >= 0:
         import spacy
 
         spacy.require_gpu(args.gpu_id)
     root = Path(args.out)
-    manifest = srsly.read_json(root / "corpus" / "manifest.json")
+    manifest = srsly.read_json(manifest_path)
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -69,7 +78,7 @@ def main() -> None:
             if args.eval_limit:
                 result["note"] = (note + f" Only the first {args.eval_limit} docs were scored.").strip()
             path = metrics / f"{model_dir}_{corpus}_{entry['eval_split']}.json"
-            path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+            write_json_atomic(path, result)
             s, train = result["scores"], result["train"] or {}
             if task == "cws":
                 score = f"P {pct(s['words_p'])} / R {pct(s['words_r'])} / **F {pct(s['words_f'])}**"
@@ -89,14 +98,16 @@ def main() -> None:
         "|---|---|---|---|---|---|---|---|",
         *rows,
     ])
-    (metrics / "summary.md").write_text(table + "\n", encoding="utf8")
+    write_text_atomic(metrics / "summary.md", table + "\n")
     print(table)
     if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
         readme = Path(args.readme)
         text = readme.read_text(encoding="utf8")
-        new = re.sub(r"(<!-- METRICS -->\n).*?(\n<!-- /METRICS -->)", lambda m: m.group(1) + table + m.group(2),
-                     text, flags=re.S)
-        readme.write_text(new, encoding="utf8")
+        new, n = re.subn(r"(<!-- METRICS -->\n).*?(\n<!-- /METRICS -->)", lambda m: m.group(1) + table + m.group(2),
+                         text, flags=re.S)
+        if n != 1:
+            sys.exit(f"error: {readme} has {n} <!-- METRICS --> ... <!-- /METRICS --> blocks, not one; left unchanged")
+        write_text_atomic(readme, new)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ the wall time, steps and hardware, read later by the evaluation step, and
 ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows (the dev curve).
 """
 import argparse
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from spacy_crf.util import hardware
+from spacy_crf.util import hardware, write_json_atomic
 
 
 def main() -> None:
@@ -41,7 +40,7 @@ def main() -> None:
     seconds = time.perf_counter() - start
     meta = {"config": args.config, "encoder": encoder, "overrides": overrides,
             "train_seconds": round(seconds, 1), "hardware": hardware()}
-    Path(args.output, "train_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    write_json_atomic(Path(args.output, "train_meta.json"), meta)
     print(f"trained in {seconds:.0f}s -> {args.output}")
 
 
