@@ -116,13 +116,19 @@ def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[O
     entries are ignored.
     Paths are compared after resolving relative parts, ``..`` and symlinks,
     and with ``os.path.samefile`` (hard links) where both exist. An output
-    file that is an existing directory is refused too."""
+    file that is an existing directory, and an output under a path that is
+    a file, are refused too."""
     ins = [Path(p) for p in inputs if p is not None]
     outs = [(Path(p), False) for p in outputs if p is not None]
     outs += [(Path(p), True) for p in output_dirs if p is not None]
     for out, is_dir in outs:
         if not is_dir and out.is_dir():
             raise OutputPathError(f"output {out} is an existing directory, not a file")
+        parent = Path(os.path.abspath(out)).parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise OutputPathError(f"output {out}: {parent} is not a directory")
     for i, (out, is_dir) in enumerate(outs):
         for inp in ins:
             if _same_path(out, inp) or (is_dir and _inside(inp, out)):

@@ -107,6 +107,8 @@ def test_speed_clear_errors_for_bad_data_and_pipeline(tmp_path):
         (["zh_no_such_package", dev], "cannot load the pipeline"),
         ([path, dev, "--output", dev], "would overwrite the input"),
         ([path, dev, "--output", tmp_path / "pipeline"], "pipeline is an existing directory"),
+        ([path, dev, "--output", tmp_path / "pipeline" / "speed.json"], "inside the input directory"),
+        ([path, dev, "--output", dev / "speed.json"], "dev.spacy is not a directory"),
     ]
     for args, needle in cases:
         before = dev.read_bytes()

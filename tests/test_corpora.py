@@ -582,17 +582,21 @@ def test_cli_refuses_an_output_that_is_the_input_or_the_other_output(tmp_path, m
 
 @pytest.mark.parametrize("args,option", [
     (["--max-chars", "-1"], "--max-chars"),
-    (["--max-chars", "100", "--dev-ratio", "1"], "--dev-ratio"),
-    (["--max-chars", "100", "--dev-ratio", "-0.1"], "--dev-ratio"),
-    (["--max-chars", "100", "--dev-ratio", "nan"], "--dev-ratio"),
+    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "1"], "--dev-ratio"),
+    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "-0.1"], "--dev-ratio"),
+    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "nan"], "--dev-ratio"),
     (["--max-chars", "100", "--limit", "-1"], "--limit"),
     (["--max-chars", "100", "--limit", "0"], "--limit"),
+    (["--max-chars", "100", "--dev-ratio", "0.2"], "--dev-ratio"),  # no --dev-output: nothing to carve
+    (["--max-chars", "100", "--seed", "3"], "--seed"),
 ])
 def test_cli_rejects_invalid_numbers(tmp_path, args, option):
     src = write(tmp_path, "train.txt", "上海  推\n今天  好\n")
+    args = [str(tmp_path / "dev.spacy") if a == "DEV" else a for a in args]
     result = CliRunner().invoke(_cli(), ["sighan", str(src), str(tmp_path / "out.spacy"), *args])
-    assert result.exit_code == 2 and option in result.output and "must be" in result.output, result.output
-    assert not (tmp_path / "out.spacy").exists()
+    assert result.exit_code == 2 and option in result.output, result.output
+    assert "must be" in result.output or "only applies with --dev-output" in " ".join(result.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.txt"]
 
 
 def test_convert_api_rejects_invalid_numbers_before_reading(tmp_path):

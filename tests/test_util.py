@@ -35,6 +35,8 @@ def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_pat
     check_output_paths([src, None], ["out/a.spacy", "out/b.spacy", None])
     with pytest.raises(OutputPathError, match="directory"):
         check_output_paths([src], [tmp_path / "data"])
+    with pytest.raises(OutputPathError, match="train.txt is not a directory"):
+        check_output_paths([], [src / "sub" / "out.json"])
 
 
 def test_check_output_paths_an_output_dir_may_not_hold_an_input(tmp_path):

@@ -168,9 +168,9 @@ def evaluate_cli(
         check_output_paths([model, data, words, manifest, meta], [output])
         result = evaluate(task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta,
                           note=note, limit=limit)
+        write_json_atomic(output, result)
     except (OutputPathError, ValueError, OSError) as err:
         msg.fail(str(err), exits=1)
-    write_json_atomic(output, result)
     s = result["scores"]
     keys = ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"] if task == "cws" else ["ents_p", "ents_r", "ents_f"]
     shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)

@@ -19,8 +19,8 @@ def convert_corpus_cli(
         ..., "--max-chars", help="Split docs longer than this many characters (0: no splitting; must be >= 0)"
     ),
     dev_output: Optional[Path] = typer.Option(None, "--dev-output", help="Also carve a dev set into this .spacy file"),
-    dev_ratio: float = typer.Option(0.1, "--dev-ratio", help="Share of docs carved into --dev-output, in [0, 1)"),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the dev carving"),
+    dev_ratio: Optional[float] = typer.Option(None, "--dev-ratio", help="Share of docs carved into --dev-output, in [0, 1) (default 0.1; only with --dev-output)"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed of the dev carving (default 0; only with --dev-output)"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Keep only the first N >= 1 docs (smoke runs; default: all)"),
 ) -> None:
     """Convert a CWS or NER corpus to spaCy's .spacy format.
@@ -43,6 +43,11 @@ def convert_corpus_cli(
     from ..corpora import CorpusFormatError, SplitError, convert_corpus
 
     check_option("--max-chars", max_chars, minimum=0, hint="0: no splitting")
+    for option, value in (("--dev-ratio", dev_ratio), ("--seed", seed)):
+        if value is not None and dev_output is None:
+            raise typer.BadParameter("only applies with --dev-output (it carves the dev set)", param_hint=option)
+    dev_ratio = 0.1 if dev_ratio is None else dev_ratio
+    seed = 0 if seed is None else seed
     check_option("--dev-ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
     if limit is not None:
         check_option("--limit", limit, minimum=1, hint="leave it out to keep every doc")

@@ -182,5 +182,8 @@ def speed_cli(
     except OSError as err:  # spacy.load: no such package or directory, or not a pipeline
         msg.fail(f"cannot load the pipeline {pipeline!r}", str(err), exits=1)
     if output:
-        write_json_atomic(output, result)
+        try:
+            write_json_atomic(output, result)
+        except OSError as err:
+            msg.fail(f"cannot write {output}", str(err), exits=1)
         msg.good(f"Wrote {output}")
