@@ -263,38 +263,85 @@ def crf_loss(
     return float(loss.detach()), CRFGradient(d_scores, d_params)
 
 
-def _inference(model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask], crf_fn, softmax_fn) -> List:
+def _pad_tag_masks(tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], emissions: torch.Tensor) -> Optional[torch.Tensor]:
+    """Per-doc allowed-tag masks (bool ``[n_i, K]``, or None: every tag
+    allowed) -> one bool ``[B, T, K]`` tensor (padding allowed); None when no
+    doc has a mask."""
+    if tag_masks is None or all(m is None for m in tag_masks):
+        return None
+    B, T, K = emissions.shape
+    padded = numpy.ones((B, T, K), dtype=bool)
+    for i, m in enumerate(tag_masks):
+        if m is not None:
+            m = numpy.asarray(m, dtype=bool)
+            if m.ndim != 2 or m.shape[1] != K or m.shape[0] > T:
+                raise ValueError(f"tag mask {i} has shape {m.shape}; expected ({T} or fewer, {K})")
+            padded[i, : len(m)] = m
+    return torch.as_tensor(padded, device=emissions.device)
+
+
+def _inference(
+    model: Model,
+    scores: List[Floats2d],
+    constraints: Optional[TransitionMask],
+    crf_fn,
+    softmax_fn,
+    tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
+) -> List:
     """Run ``crf_fn`` (a CRF inference function of :mod:`spacy_crf.crf`) or,
-    for the softmax head, ``softmax_fn`` over the padded emissions; unpad."""
+    for the softmax head, ``softmax_fn`` over the padded emissions; unpad.
+    ``tag_masks`` restricts each doc's tags per position (forced tags)."""
     if not scores:
         return []
     lengths = [len(s) for s in scores]
     with torch.no_grad():
         emissions, mask = _pad(scores)
+        tag_mask = _pad_tag_masks(tag_masks, emissions)
         if model.attrs.get("use_crf", True):
             transitions, start, end = _crf_tensors(model.get_ref("crf"))
             out = crf_fn(emissions, mask, transitions, start, end,
-                         constraints=torch_constraints(constraints, emissions.device))
+                         constraints=torch_constraints(constraints, emissions.device), tag_mask=tag_mask)
         else:
+            if tag_mask is not None:
+                emissions = emissions.masked_fill(~tag_mask, crf.IMPOSSIBLE)
             out = softmax_fn(emissions)
     out = out.cpu().numpy()
     return [out[i, :n] for i, n in enumerate(lengths)]
 
 
 def decode(
-    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
+    model: Model,
+    scores: List[Floats2d],
+    constraints: Optional[TransitionMask] = None,
+    tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
 ) -> List[Ints1d]:
-    """Best tag ids per doc: constrained Viterbi, or argmax for the softmax head."""
+    """Best tag ids per doc: constrained Viterbi, or argmax for the softmax head.
+
+    tag_masks: per doc, None or a bool ``[n, K]`` array of the tags allowed at
+        each position; a position with one allowed tag is forced, and the rest
+        of the path is decoded around it (``crf.viterbi``'s ``tag_mask``)."""
     return _inference(model, scores, constraints, lambda *a, **k: crf.viterbi(*a, **k)[0],
                       lambda emissions: emissions.argmax(dim=-1) if emissions.numel()
-                      else emissions.new_zeros(emissions.shape[:2], dtype=torch.long))
+                      else emissions.new_zeros(emissions.shape[:2], dtype=torch.long), tag_masks)
 
 
 def marginals(
-    model: Model, scores: List[Floats2d], constraints: Optional[TransitionMask] = None
+    model: Model,
+    scores: List[Floats2d],
+    constraints: Optional[TransitionMask] = None,
+    tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
 ) -> List[Floats2d]:
-    """Per-token tag posteriors [n, K] per doc (softmax for the softmax head)."""
-    return _inference(model, scores, constraints, crf.marginals, lambda emissions: torch.softmax(emissions, dim=-1))
+    """Per-token tag posteriors [n, K] per doc (softmax for the softmax head);
+    ``tag_masks`` as in :func:`decode` (forbidden tags get probability 0)."""
+    return _inference(model, scores, constraints, crf.marginals,
+                      lambda emissions: torch.softmax(emissions, dim=-1), tag_masks)
+
+
+def is_initialized(model: Model) -> bool:
+    """Whether the model's output layers have their weights (``initialize`` ran
+    or weights were loaded)."""
+    layers = [model.get_ref("emissions")] + ([model.get_ref("crf")] if model.has_ref("crf") else [])
+    return all(layer.has_param(name) is True for layer in layers for name in layer.param_names)
 
 
 def transition_scores(model: Model) -> Tuple[numpy.ndarray, Optional[numpy.ndarray], Optional[numpy.ndarray]]:
@@ -302,6 +349,9 @@ def transition_scores(model: Model) -> Tuple[numpy.ndarray, Optional[numpy.ndarr
     if not model.attrs.get("use_crf", True):
         raise ValueError("This model has no CRF layer (use_crf = false): there are no transitions.")
     layer = model.get_ref("crf")
+    if layer.has_param(TRANSITIONS) is not True:
+        raise ValueError("The CRF layer has no weights yet: the model is not initialized "
+                         "(call nlp.initialize() or load a trained pipeline).")
     ops = layer.ops
 
     def get(name):

@@ -80,3 +80,67 @@ def test_importing_the_package_has_no_side_effects():
     bare = subprocess.run([sys.executable, "-c", "import sys, spacy_crf; print(sorted(m for m in sys.modules "
                            "if m.split('.')[0] in ('torch', 'spacy', 'thinc')))"], capture_output=True, text=True)
     assert bare.returncode == 0 and bare.stdout.strip() == "[]", bare.stdout + bare.stderr
+
+
+def test_decode_and_marginals_obey_per_doc_tag_masks():
+    import pytest  # noqa: F401
+    from spacy_crf.model import decode, marginals
+
+    pipe, examples = _ner_pipe()
+    docs = [eg.predicted for eg in examples]
+    scores = pipe.model.predict(docs)
+    K = len(pipe.tags)
+    free = decode(pipe.model, scores, pipe.constraints)
+    forced_tag = pipe.tags.index("S-LOC")
+    mask = numpy.ones((len(docs[1]), K), dtype=bool)
+    mask[2] = False
+    mask[2, forced_tag] = True
+    masks = [None, mask, None, None]
+    got = decode(pipe.model, scores, pipe.constraints, masks)
+    assert got[1][2] == forced_tag
+    for i in (0, 2, 3):
+        numpy.testing.assert_array_equal(got[i], free[i])
+    probs = marginals(pipe.model, scores, pipe.constraints, masks)
+    assert probs[1][2, forced_tag] == pytest_approx(1.0)
+    assert (probs[1][:, pipe.tags.index("E-LOC")][3:4] == 0).all()  # nothing can continue an S
+    # the softmax head honours the mask too
+    nlp = spacy.blank("zh")
+    soft = nlp.add_pipe("crf_ner", config={"model": crf_model_config(use_crf=False)})
+    nlp.initialize(lambda: examples)
+    soft_scores = soft.model.predict(docs)
+    assert decode(soft.model, soft_scores, soft.constraints, masks)[1][2] == forced_tag
+    assert marginals(soft.model, soft_scores, soft.constraints, masks)[1][2, forced_tag] == pytest_approx(1.0)
+
+
+def pytest_approx(value):
+    import pytest
+
+    return pytest.approx(value, abs=1e-5)
+
+
+def test_check_weights_reports_widths_and_nonfinite_parameters():
+    from spacy_crf.checks import check_weights
+    from spacy_crf.model import is_initialized
+
+    pipe, _ = _ner_pipe()
+    assert is_initialized(pipe.model) and check_weights(pipe.model, len(pipe.tags)) == []
+    problems = check_weights(pipe.model, len(pipe.tags) + 1)
+    assert any("output width" in p for p in problems) and any("transition matrix is 9x9" in p for p in problems)
+    crf = pipe.model.get_ref("crf")
+    start = crf.get_param("crf_start").copy()
+    start[0] = numpy.inf
+    crf.set_param("crf_start", start)
+    assert check_weights(pipe.model, len(pipe.tags)) == [
+        "parameter 'crf_start' of layer 'crf' has 1 NaN or infinite values"]
+    fresh = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
+    assert not is_initialized(fresh.model) and check_weights(fresh.model, 9) == []
+
+
+def test_transition_scores_before_initialize_say_so():
+    import pytest
+
+    from spacy_crf.model import transition_scores
+
+    fresh = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match="not initialized"):
+        transition_scores(fresh.model)
