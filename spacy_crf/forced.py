@@ -1,0 +1,103 @@
+"""Tags forced at decoding time: what a doc already says before a tagger runs.
+
+The CRF decodes around forced tags (``crf.viterbi``'s ``tag_mask``, a bool
+``[n_tokens, n_tags]`` array per doc):
+
+* a whitespace token is outside every word and entity: ``S`` for ``bmes``,
+  ``O`` for ``bio``/``bioes``, so the tokens around it close and open words
+  or entities cleanly;
+* ``bio``/``bioes``: entities already on the doc (set by hand, or by an
+  earlier component such as ``entity_ruler``) are kept as they are and their
+  tokens forced to their tags; blocked tokens (``Doc.set_ents(blocked=...)``)
+  are forced ``O`` and stay blocked. Tokens marked ``O`` or with no entity
+  annotation are free: ``doc.ents = [...]`` and ``entity_ruler`` mark every
+  token outside their entities ``O``, so forcing ``O`` would leave nothing to
+  predict (spaCy's ``ner`` treats them as free too). A preset entity whose
+  label is not among the tagger's labels is kept, and its tokens are decoded
+  as ``O`` (outside of the tagger's entities);
+* ``bmes`` with ``respect_ents``: every entity on the doc (an NER component
+  ran before the segmenter) is a forced word boundary: its first token is
+  ``B``/``S``, its last ``E``/``S``, the token before it ``E``/``S`` and the
+  one after it ``B``/``S``, so no word crosses an entity boundary.
+"""
+from typing import List, Optional, Sequence
+
+import numpy
+from spacy.tokens import Doc, Span
+
+from .schemes import OUTSIDE, position_tag, tags_to_spans
+
+
+def preset_entity_tokens(doc: Doc) -> numpy.ndarray:
+    """bool [len(doc)]: tokens in an entity or blocked before the tagger ran
+    (``ent_iob_`` "B" or "I"). Tokens marked "O" or missing are free."""
+    iob = doc.to_array("ENT_IOB").reshape(-1)
+    return (iob == 1) | (iob == 3)
+
+
+def tag_mask(
+    doc: Doc,
+    scheme: str,
+    tags: Sequence[str],
+    labels: Sequence[str],
+    *,
+    preset: bool = True,
+    respect_ents: bool = False,
+) -> Optional[numpy.ndarray]:
+    """The tags allowed at each token of ``doc`` (see the module doc), or
+    None when every tag is allowed everywhere. ``preset``: also force what
+    the doc already says (entities; entity boundaries for ``bmes`` with
+    ``respect_ents``); without it only whitespace is forced."""
+    if scheme == "tag" or not len(doc):
+        return None
+    space = doc.to_array("IS_SPACE").reshape(-1).astype(bool)
+    fixed = preset_entity_tokens(doc) if scheme != "bmes" and preset else None
+    has_preset = fixed is not None and bool(fixed.any())
+    boundaries = scheme == "bmes" and preset and respect_ents and len(doc.ents) > 0
+    if not space.any() and not has_preset and not boundaries:
+        return None
+    index = {tag: i for i, tag in enumerate(tags)}
+    mask = numpy.ones((len(doc), len(tags)), dtype=bool)
+    outside = index["S" if scheme == "bmes" else OUTSIDE]
+    mask[space] = False
+    mask[space, outside] = True
+    if has_preset:
+        known = set(labels)
+        mask[fixed] = False
+        mask[fixed, outside] = True  # blocked tokens, entities of other labels
+        for ent in doc.ents:
+            if ent.label_ not in known:
+                continue
+            for k in range(ent.start, ent.end):
+                mask[k] = False
+                mask[k, index[position_tag(scheme, k == ent.start, k == ent.end - 1, ent.label_)]] = True
+    if boundaries:
+        opens = numpy.zeros(len(tags), dtype=bool)  # may open a word: B, S
+        opens[[index["B"], index["S"]]] = True
+        closes = numpy.zeros(len(tags), dtype=bool)  # may close a word: E, S
+        closes[[index["E"], index["S"]]] = True
+        for ent in doc.ents:
+            mask[ent.start] &= opens
+            mask[ent.end - 1] &= closes
+            if ent.start > 0:
+                mask[ent.start - 1] &= closes
+            if ent.end < len(doc):
+                mask[ent.end] &= opens
+    return mask
+
+
+def write_entities(doc: Doc, scheme: str, tags: List[Optional[str]]) -> None:
+    """Set ``doc.ents`` from decoded ``bio``/``bioes`` tags (None: a token in
+    no entity, e.g. whitespace), keeping the entities and blocked tokens that
+    were on the doc before; the other tokens get the predicted entities or O."""
+    preset = preset_entity_tokens(doc)
+    if not preset.any():
+        spans = tags_to_spans(scheme, tags)
+        doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], default="outside")
+        return
+    spans = tags_to_spans(scheme, [None if preset[i] else tag for i, tag in enumerate(tags)])
+    covered = preset.copy()
+    for s, e, _ in spans:
+        covered[s:e] = True
+    outside = [Span(doc, i, i + 1) for i in numpy.flatnonzero(~covered).tolist()]
+    doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], outside=outside, default="unmodified")
