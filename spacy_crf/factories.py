@@ -49,6 +49,8 @@ COMMON_CONFIG = {
     "spans_key": DEFAULT_SPANS_KEY,
     "constrain_training": True,
     "max_batch_items": 4096,
+    "on_nonfinite": "raise",
+    "respect_ents": False,
 }
 ENTS_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
 WORDS_WEIGHTS = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
@@ -69,6 +71,8 @@ def make_crf_tagger(
     constrain_training: bool,
     max_batch_items: int,
     scorer: Optional[Callable],
+    on_nonfinite: str = "raise",
+    respect_ents: bool = False,
 ) -> CRFTagger:
     """Create a CRF tagger for any scheme. Its default score weights are the
     union of what the schemes report; prefer ``crf_ner`` / ``crf_segmenter``,
@@ -89,11 +93,36 @@ def make_crf_tagger(
     scorer: defaults to ``spacy_crf.crf_scorer.v1``, which reports
         ``words_p/r/f``, ``ents_p/r/f`` + ``ents_per_type`` or ``tag_acc``
         depending on the scheme.
+    on_nonfinite: what ``update`` does when the loss or a gradient of this
+        component is NaN or infinite: "raise" (default) a ``NonFiniteError``
+        naming the component and the batch, or "skip" the batch with a
+        warning. Either way nothing non-finite reaches the weights. Only this
+        component's loss and gradients are checked: a shared upstream encoder
+        (listener) updates itself.
+    respect_ents: scheme "bmes" only. When true and the doc already has
+        entities (an NER component ran before the segmenter), every entity
+        boundary is a forced word boundary in decoding: the entity's first
+        token is B/S, its last E/S, the token before it E/S and the token
+        after it B/S. The words then never cross an entity, so
+        ``crf_merge_words`` has nothing to split (whitespace tokens are
+        outside words anyway). Default false (entities are ignored). The
+        value is also kept in the pipe's ``cfg``, which a saved pipeline
+        reloads: to switch it on a trained segmenter, set both
+        ``nlp.config["components"][NAME]["respect_ents"]`` and
+        ``nlp.get_pipe(NAME).cfg["respect_ents"]`` before saving.
+
+    Entities already on a doc are kept by schemes "bio"/"bioes" and the
+    remaining tokens are decoded around them (see :mod:`spacy_crf.forced`).
     """
     try:
         check_scheme(scheme)
     except SchemeError as e:
         raise ValueError(f"[{name}] {e}") from None
+    if respect_ents and scheme != "bmes":
+        raise ValueError(f"[{name}] respect_ents applies to scheme 'bmes' (word segmentation), "
+                         f"not {scheme!r}: entity taggers always keep the entities already on a doc.")
+    if on_nonfinite not in ("raise", "skip"):
+        raise ValueError(f"[{name}] on_nonfinite must be 'raise' or 'skip', not {on_nonfinite!r}.")
     return CRFTagger(
         nlp.vocab,
         model,
@@ -103,6 +132,8 @@ def make_crf_tagger(
         constrain_training=constrain_training,
         max_batch_items=max_batch_items,
         scorer=scorer,
+        on_nonfinite=on_nonfinite,
+        respect_ents=respect_ents,
     )
 
 

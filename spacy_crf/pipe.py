@@ -11,14 +11,30 @@ Its factories (``crf_tagger``, ``crf_ner``, ``crf_segmenter``) are in
   keep working. ``crf_merge_words`` turns the words into tokens at the end.
 * ``"bio"`` / ``"bioes"``: entities, learned from and written to ``doc.ents``.
 * ``"tag"``: ``token.tag_``, with no transition constraints.
+
+Decoding goes around the tags a doc forces (:mod:`spacy_crf.forced`):
+whitespace is outside every word and entity; entities already on the doc
+are kept by ``bio``/``bioes`` and decoded around; with ``respect_ents`` a
+``bmes`` segmenter puts a word boundary at every entity boundary. Gold tags
+come from spaCy's alignment (:mod:`spacy_crf.gold`).
+
+Training (``update``) checks the loss and the gradients of this component:
+a NaN or infinite value raises a :class:`NonFiniteError` naming the
+component and the batch, or with ``on_nonfinite = "skip"`` skips the batch
+with a warning; nothing non-finite is written into the weights. With a
+listener upstream (a shared ``transformer`` or ``tok2vec``), the tagger can
+only vouch for its own loss, its gradient to the listener and its own
+parameters: the encoder's own update is that component's business.
 """
 import warnings
 from itertools import islice
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
-from thinc.api import Model
+from thinc.api import Model, set_dropout_rate
 from thinc.types import Floats2d, Ints1d
+from spacy import util
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
@@ -26,23 +42,25 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
+from . import checks, forced
 from . import model as crf_model
+from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
+from .gold import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
 from .schemes import (
     SchemeError,
     TransitionMask,
     check_labels,
     check_scheme,
-    from_biluo,
     make_tags,
-    position_tag,
     tags_to_spans,
     transition_mask,
 )
 from .scorers import score_crf_tagger
 from .transitions import TransitionTable
-from .util import DEFAULT_SPANS_KEY, has_gold_words, quote_text
+from .util import DEFAULT_SPANS_KEY, quote_text
 
-UNKNOWN = -1
+#: values of the ``on_nonfinite`` setting
+ON_NONFINITE = ("raise", "skip")
 
 
 class CRFTagger(TrainablePipe):
@@ -60,7 +78,11 @@ class CRFTagger(TrainablePipe):
         max_batch_items: int = 4096,
         labels: Sequence[str] = (),
         scorer: Optional[Callable] = score_crf_tagger,
+        on_nonfinite: str = "raise",
+        respect_ents: bool = False,
     ) -> None:
+        if on_nonfinite not in ON_NONFINITE:
+            raise ValueError(f"[{name}] on_nonfinite must be one of {ON_NONFINITE}, not {on_nonfinite!r}.")
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -71,8 +93,14 @@ class CRFTagger(TrainablePipe):
             "spans_key": spans_key,
             "constrain_training": constrain_training,
             "max_batch_items": max_batch_items,
+            "on_nonfinite": on_nonfinite,
+            "respect_ents": bool(respect_ents),
         }
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
+        # since the last optimizer step: whether a batch's gradients went in,
+        # whether a batch was skipped (on_nonfinite = "skip")
+        self._grads_in = False
+        self._skipped = False
         crf_model.install_fork_hook()
 
     # --- labels and tags ------------------------------------------------------
@@ -132,20 +160,38 @@ class CRFTagger(TrainablePipe):
                 error_handler(self.name, self, docs, e)
 
     def predict(self, docs: Iterable[Doc]) -> List[Ints1d]:
-        """Best tag ids per doc (constrained Viterbi, or argmax without a CRF)."""
+        """Best tag ids per doc (constrained Viterbi, or argmax without a CRF),
+        around the tags forced by the doc (see :meth:`tag_mask`)."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]
+        self._require_initialized("predict")
         scores = self.model.predict(docs)
-        return crf_model.decode(self.model, scores, self.constraints)
+        return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
 
-    def predict_marginals(self, docs: Iterable[Doc]) -> List[Floats2d]:
-        """Per-token tag posteriors [n_tokens, n_tags] per doc (confidences)."""
+    def predict_marginals(self, docs: Iterable[Doc], *, respect_preset: bool = False) -> List[Floats2d]:
+        """Per-token tag posteriors [n_tokens, n_tags] per doc (confidences).
+
+        Whitespace tokens are outside (as in :meth:`predict`). Entities or
+        words already on the doc are ignored unless ``respect_preset``: this
+        is usually called after the tagger ran, when the doc's entities are
+        the tagger's own predictions, and forcing those would make every
+        confidence 1."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]
+        self._require_initialized("predict_marginals")
         scores = self.model.predict(docs)
-        return crf_model.marginals(self.model, scores, self.constraints)
+        masks = [self.tag_mask(doc, preset=respect_preset) for doc in docs]
+        return crf_model.marginals(self.model, scores, self.constraints, masks)
+
+    def tag_mask(self, doc: Doc, *, preset: bool = True) -> Optional[numpy.ndarray]:
+        """Tags allowed at each token of ``doc`` when decoding: bool
+        ``[len(doc), n_tags]``, or None when every tag is allowed everywhere
+        (:func:`spacy_crf.forced.tag_mask`). ``preset``: also force what the
+        doc already says (entities, or entity boundaries with ``respect_ents``)."""
+        return forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
+                               respect_ents=self.cfg.get("respect_ents", False))
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
@@ -156,14 +202,21 @@ class CRFTagger(TrainablePipe):
                     token.tag_ = tag
                 continue
             # A whitespace token is never part of a word or an entity: it
-            # closes any open span (the gold treats it as O / unknown too).
+            # closes any open span (the gold treats it as unknown, decoding as outside).
             seq = [None if t.is_space else tag for t, tag in zip(doc, doc_tags)]
-            spans = tags_to_spans(self.scheme, seq)
             if self.scheme == "bmes":
+                spans = tags_to_spans(self.scheme, seq)
                 key = self.cfg["spans_key"]
                 doc.spans[key] = SpanGroup(doc, name=key, spans=[Span(doc, s, e) for s, e, _ in spans])
-            else:
-                doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], default="outside")
+                continue
+            forced.write_entities(doc, self.scheme, seq)
+
+    def _require_initialized(self, what: str) -> None:
+        if not crf_model.is_initialized(self.model):
+            raise ValueError(
+                f"[{self.name}] {what}: the component is not initialized (its model has no "
+                "weights). Call nlp.initialize() or load a trained pipeline first."
+            )
 
     # --- training -------------------------------------------------------------
 
@@ -179,38 +232,74 @@ class CRFTagger(TrainablePipe):
             constrain_training=self.cfg["constrain_training"],
         )
 
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd=None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Learn from a batch, as ``TrainablePipe.update``, checking that the
+        loss and the gradients are finite before anything is passed on or
+        written (``on_nonfinite``: raise or skip the batch)."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "CRFTagger.update")
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_scores = self.get_loss(examples, scores)
+        problem = checks.nonfinite_in_loss(loss, d_scores)
+        if problem:
+            self._nonfinite(problem, examples)
+            return losses
+        backprop(d_scores)
+        problem = checks.nonfinite_grads(self.model)
+        if problem:
+            checks.zero_grads(self.model)  # the gradients accumulated since the last step go too
+            self._grads_in = False
+            self._nonfinite(problem, examples)
+            return losses
+        self._grads_in = True
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def finish_update(self, sgd) -> None:
+        """Apply the optimizer, unless every batch since the last step was
+        skipped (``on_nonfinite = "skip"``): ``Language.update`` and spaCy's
+        training loop call this after the batch, and an optimizer step on
+        zero gradients would still move the weights (Adam's momentum)."""
+        skipped_only = self._skipped and not self._grads_in
+        self._skipped = self._grads_in = False
+        if skipped_only:
+            checks.zero_grads(self.model)
+            return
+        super().finish_update(sgd)
+
+    def _nonfinite(self, problem: str, examples: List[Example]) -> None:
+        first = examples[0].predicted
+        n = len(examples)
+        where = f"in a batch of {n} doc{'s' if n != 1 else ''} starting with {quote_text(first, 40)}"
+        if self.cfg.get("on_nonfinite", "raise") == "skip":
+            self._skipped = True
+            warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "
+                          "the weights are unchanged.")
+            return
+        raise checks.NonFiniteError(
+            f"[{self.name}] {problem} {where}. Nothing was written to the weights. Usual causes: a too "
+            "large learning rate or CRF multiplier, no grad_clip, NaN features from an upstream "
+            "encoder, or NaN weights. Set on_nonfinite = \"skip\" to skip such batches with a warning."
+        )
+
     def _gold_tag_ids(self, eg: Example) -> numpy.ndarray:
         """Gold tag ids over the predicted tokens; -1 where the gold is unknown."""
-        index = {tag: i for i, tag in enumerate(self.tags)}
-        if self.scheme == "bmes":
-            return bmes_gold(eg, index)
-        if self.scheme == "tag":
-            gold = eg.get_aligned("TAG", as_string=True)
-            return numpy.array([index.get(t, UNKNOWN) if t else UNKNOWN for t in gold], dtype="int64")
-        x_ents, biluo = eg.get_aligned_ents_and_ner()
-        if len(x_ents) < len(eg.reference.ents):
-            aligned = {(e.start_char, e.end_char) for e in x_ents}
-            lost = [e for e in eg.reference.ents if (e.start_char, e.end_char) not in aligned]
-            one = len(lost) == 1
-            warnings.warn(
-                f"[{self.name}] {len(lost)} gold entit{'y' if one else 'ies'} of doc "
-                f"{quote_text(eg.reference, 60)} {'does' if one else 'do'} not align with its "
-                f"tokens and {'is' if one else 'are'} treated as unknown in training: "
-                + ", ".join(f"{e.text!r} ({e.label_}, chars {e.start_char}-{e.end_char})" for e in lost)
-            )
-        ids = numpy.full(len(biluo), UNKNOWN, dtype="int64")
-        for i, tag in enumerate(biluo):
-            if tag is None or tag == "-":
-                continue
-            tag = from_biluo(tag, self.scheme)
-            if tag in index:
-                ids[i] = index[tag]
-            else:
-                warnings.warn(
-                    f"[{self.name}] doc {quote_text(eg.reference, 60)}: gold label of tag "
-                    f"{tag!r} is not among the labels {list(self.labels)}; treated as unknown."
-                )
-        return ids
+        return gold_tag_ids(eg, self.scheme, self.tags, list(self.labels), self.name)
 
     def initialize(
         self,
@@ -219,10 +308,12 @@ class CRFTagger(TrainablePipe):
         nlp: Optional[Language] = None,
         labels: Optional[Sequence[str]] = None,
     ) -> None:
-        """Set the labels (given, or read from the examples) and the model's shapes.
+        """Set the labels and the model's shapes.
 
         labels: entity types ("bio"/"bioes") or tags ("tag"), e.g. from
-            ``[initialize.components.NAME.labels]``. Leave unset for "bmes".
+            ``[initialize.components.NAME.labels]``; they are the labels, as in
+            spaCy. Unset: the labels found in the examples plus those added
+            with :meth:`add_label` before. Leave unset for "bmes".
         """
         examples = list(islice(get_examples(), 1000))
         if not examples and labels is None:
@@ -234,7 +325,7 @@ class CRFTagger(TrainablePipe):
         if examples:
             validate_get_examples(get_examples, "CRFTagger.initialize")
         if labels is None:
-            labels = self._labels_from(get_examples())
+            labels = sorted(set(self._labels_from(get_examples())) | set(self.labels))
         try:
             self.cfg["labels"] = check_labels(self.scheme, labels)
             tags = self.tags
@@ -272,9 +363,26 @@ class CRFTagger(TrainablePipe):
 
     def transition_table(self) -> TransitionTable:
         """The learned transition, start and end scores, labelled by tag."""
+        if not self.model.attrs.get("use_crf", True):
+            raise ValueError(f"[{self.name}] This model has no CRF layer (use_crf = false): there are no transitions.")
+        self._require_initialized("transition_table")
         transitions, start, end = crf_model.transition_scores(self.model)
         return TransitionTable(self.tags, transitions, start, end, self.constraints)
 
+    # --- serialization --------------------------------------------------------
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
+        """Load the pipe from a directory, checking that it is whole: the cfg
+        has the labels, the weights load, their tag count matches the labels
+        and they are finite (:func:`spacy_crf.checks.load_from_disk`).
+        Errors name the directory or the file."""
+        self._validate_serialization_attrs()
+        return checks.load_from_disk(self, util.ensure_path(path), exclude)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
+        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
+        self._validate_serialization_attrs()
+        return checks.load_from_bytes(self, bytes_data, exclude)
 
 def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
     """Indices of docs grouped by length (shortest first) so that a group padded to
@@ -293,35 +401,3 @@ def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
         else:
             batches.append([i])
     return batches
-
-
-def bmes_gold(eg: Example, index: Optional[Dict[str, int]] = None) -> numpy.ndarray:
-    """BMES tag ids of the predicted tokens from the reference tokens (words).
-
-    A predicted token gets a tag when the alignment maps it into exactly one
-    reference word; its position inside that word (by character offsets)
-    gives B, M, E or S (:func:`~spacy_crf.schemes.position_tag`). Whitespace
-    and tokens spanning several words are unknown (-1), which the CRF
-    marginalises over; so is every token of a reference marked as having no
-    gold words (an NER doc in joint training).
-
-    index: tag -> id; defaults to the ``bmes`` inventory of :func:`make_tags`.
-    """
-    if index is None:
-        index = {tag: i for i, tag in enumerate(make_tags("bmes", ()))}
-    if not has_gold_words(eg.reference):
-        return numpy.full(len(eg.predicted), UNKNOWN, dtype="int64")
-    x2y = eg.alignment.x2y
-    lengths, flat = x2y.lengths, x2y.data
-    offsets = numpy.concatenate([[0], numpy.cumsum(lengths)[:-1]]) if len(lengths) else lengths
-    ref = eg.reference
-    ids = numpy.full(len(eg.predicted), UNKNOWN, dtype="int64")
-    for i, token in enumerate(eg.predicted):
-        if lengths[i] != 1 or token.is_space:
-            continue
-        word = ref[int(flat[offsets[i]])]
-        if word.is_space:
-            continue
-        start, end = token.idx, token.idx + len(token)
-        ids[i] = index[position_tag("bmes", start == word.idx, end == word.idx + len(word))]
-    return ids

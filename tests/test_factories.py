@@ -64,3 +64,33 @@ def test_a_pipeline_saved_with_the_general_factory_still_loads(tmp_path):
     assert loaded.get_pipe_meta("segmenter").factory == "crf_tagger"
     doc = loaded("张三去上海")
     assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"
+
+
+def test_on_nonfinite_and_respect_ents_settings():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_ner")
+    nlp.add_pipe("crf_segmenter", config={"respect_ents": True, "on_nonfinite": "skip"})
+    assert nlp.config["components"]["crf_ner"]["on_nonfinite"] == "raise"
+    assert nlp.config["components"]["crf_ner"]["respect_ents"] is False
+    seg = nlp.get_pipe("crf_segmenter")
+    assert seg.cfg["respect_ents"] is True and seg.cfg["on_nonfinite"] == "skip"
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] on_nonfinite must be 'raise' or 'skip', not 'ignore'"):
+        spacy.blank("zh").add_pipe("crf_tagger", config={"on_nonfinite": "ignore"})
+    with pytest.raises(ValueError, match=r"respect_ents applies to scheme 'bmes'"):
+        spacy.blank("zh").add_pipe("crf_tagger", config={"scheme": "bioes", "respect_ents": True})
+
+
+def test_a_pipeline_saved_before_the_new_settings_still_loads(tmp_path):
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
+    nlp.initialize()
+    nlp.to_disk(tmp_path / "old")
+    config = (tmp_path / "old" / "config.cfg").read_text(encoding="utf8")
+    stripped = "\n".join(line for line in config.splitlines()
+                         if not line.startswith(("on_nonfinite", "respect_ents")))
+    assert stripped != config
+    (tmp_path / "old" / "config.cfg").write_text(stripped, encoding="utf8")
+    loaded = spacy.load(tmp_path / "old")
+    assert loaded.get_pipe("segmenter").cfg["respect_ents"] is False
+    doc = loaded("张三去上海")
+    assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"

@@ -3,7 +3,7 @@ import random
 import numpy
 import pytest
 import spacy
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 from spacy_crf.optimizers import grouped_adam
@@ -304,3 +304,318 @@ def test_softmax_head_segments_too():
     doc = nlp("张三去上海")
     assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"  # every character in some word
     assert nlp.evaluate(seg_examples(nlp))["words_f"] == 1.0
+
+
+# --- gold over whitespace (reliability item 1) ----------------------------------
+
+BMES = "BMES"
+WHITESPACE_CASES = [
+    # (predicted text, expected gold per predicted token; "?" unknown) against 张三|去|上海
+    ("张三去上海", "BESBE"),
+    ("张三 去上海", "BESBE"),  # an ASCII space is the trailing whitespace of 三, not a token
+    ("张三  去上海", "BE?SBE"),  # two spaces: a whitespace token
+    ("张三\u3000去上海", "BE?SBE"),
+    ("张三\n去\n上海\n", "BE?S?BE?"),
+    ("张 三去上海", "BESBE"),  # a space inside a word
+    ("张\u3000三去上\n海", "B?ESB?E"),
+    ("\u3000 张三去上海", "?BESBE"),
+]
+
+
+@pytest.mark.parametrize("text,expected", WHITESPACE_CASES)
+def test_bmes_gold_follows_the_alignment_when_the_predicted_text_has_more_whitespace(text, expected):
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_segmenter", config={"model": crf_model_config()})
+    reference = Doc(nlp.vocab, words=["张三", "去", "上海"], spaces=[False] * 3)
+    eg = Example(nlp.make_doc(text), reference)
+    got = "".join("?" if i < 0 else BMES[i] for i in bmes_gold(eg))
+    assert got == expected, [t.text for t in eg.predicted]
+    nlp.initialize(lambda: [Example(nlp.make_doc("张三去上海"), reference)])
+    scores = pipe.model.predict([eg.predicted])
+    loss, _ = pipe.get_loss([eg], scores)
+    assert 0 <= loss < 100  # a gold path that breaks the scheme costs ~1e30
+
+
+def test_bmes_gold_on_reference_words_with_whitespace_and_spaces():
+    nlp = spacy.blank("zh")
+    # the reference has whitespace tokens / spaces the predicted text lacks
+    reference = Doc(nlp.vocab, words=["张三", "\u3000", "去", "上海"], spaces=[True, False, False, False])
+    eg = Example(nlp.make_doc("张三去上海"), reference)
+    assert "".join(BMES[i] for i in bmes_gold(eg)) == "BESBE"
+
+
+@pytest.mark.parametrize("scheme,expected", [
+    ("bio", ["B-PER", "I-PER", None, "O", "B-LOC", "I-LOC", None]),
+    ("bioes", ["B-PER", "E-PER", None, "O", "B-LOC", "E-LOC", None]),
+])
+def test_entity_gold_leaves_whitespace_tokens_unknown(scheme, expected):
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_ner", config={"scheme": scheme, "model": crf_model_config()})
+    reference = Doc(nlp.vocab, words=["张三", "去", "上海"], spaces=[False] * 3, ents=["B-PER", "O", "B-LOC"])
+    eg = Example(nlp.make_doc("张三\u3000去上海\n"), reference)
+    nlp.initialize(lambda: [eg])
+    gold = pipe._gold_tag_ids(eg)
+    assert [pipe.tags[i] if i >= 0 else None for i in gold] == expected
+    loss, _ = pipe.get_loss([eg], pipe.model.predict([eg.predicted]))
+    assert 0 <= loss < 100
+
+
+def test_tag_gold_of_whitespace_tokens_comes_from_the_alignment():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": crf_model_config()})
+    reference = Doc(nlp.vocab, words=["张三", "去"], spaces=[False, False], tags=["NR", "VV"])
+    eg = Example(nlp.make_doc("张三\u3000去"), reference)
+    nlp.initialize(lambda: [eg])
+    assert [pipe.tags[i] if i >= 0 else None for i in pipe._gold_tag_ids(eg)] == ["NR", "NR", None, "VV"]
+
+
+def test_texts_that_cannot_be_aligned_are_an_error_naming_the_doc():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_segmenter", config={"model": crf_model_config()})
+    good = Example(nlp.make_doc("张三去上海"), Doc(nlp.vocab, words=["张三", "去", "上海"], spaces=[False] * 3))
+    nlp.initialize(lambda: [good])
+    bad = Example(nlp.make_doc("张三去北京"), Doc(nlp.vocab, words=["张三", "去", "上海"], spaces=[False] * 3))
+    with pytest.raises(ValueError, match=r"\[crf_segmenter\].*'张三去上海'.*cannot be aligned"):
+        pipe.get_loss([bad], pipe.model.predict([bad.predicted]))
+
+
+def test_whitespace_tokens_are_decoded_outside(ner_nlp):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    texts = ["张三\u3000去上海", "张\u3000三去上\n海", "  张三  "]
+    docs = [ner_nlp.make_doc(t) for t in texts]
+    for doc, ids in zip(docs, pipe.predict(docs)):
+        tags = [pipe.tags[i] for i in ids]
+        assert is_valid("bio", tags)
+        assert all(tag == "O" for tag, t in zip(tags, doc) if t.is_space)
+    probs = pipe.predict_marginals(docs)
+    for doc, p in zip(docs, probs):
+        for t in doc:
+            if t.is_space:
+                assert p[t.i, 0] == pytest.approx(1.0)
+
+
+# --- non-finite loss (reliability item 2) -----------------------------------------
+
+def _params(pipe):
+    return {(node.id, name): node.get_param(name).copy()
+            for node in pipe.model.walk() for name in node.param_names if node.has_param(name)}
+
+
+def _blow_up(pipe):
+    """Emission weights so large that the scores overflow to infinity."""
+    emissions = pipe.model.get_ref("emissions")
+    W = emissions.get_param("crf_emission_W")
+    emissions.set_param("crf_emission_W", numpy.where(W < 0, -3e38, 3e38).astype("float32"))
+
+
+def _trained_ner(**config):
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_ner", config={"model": crf_model_config(), **config})
+    examples = ner_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=optimizer)
+    return nlp, pipe, examples, optimizer
+
+
+def test_a_nonfinite_loss_raises_naming_the_component_and_the_batch():
+    nlp, pipe, examples, optimizer = _trained_ner()
+    _blow_up(pipe)
+    before = _params(pipe)
+    with pytest.raises(ValueError, match=r"\[crf_ner\] the loss is (nan|inf).*4 docs starting with '我在北京工作'") as info:
+        nlp.update(examples, sgd=optimizer)
+    from spacy_crf.pipe import NonFiniteError
+    assert isinstance(info.value, NonFiniteError) and "on_nonfinite" in str(info.value)
+    after = _params(pipe)
+    for key in before:
+        numpy.testing.assert_array_equal(before[key], after[key], err_msg=str(key))
+
+
+def test_on_nonfinite_skip_skips_the_batch_and_writes_nothing():
+    nlp, pipe, examples, optimizer = _trained_ner(on_nonfinite="skip")
+    assert pipe.cfg["on_nonfinite"] == "skip"
+    W = pipe.model.get_ref("emissions").get_param("crf_emission_W").copy()
+    _blow_up(pipe)
+    before = _params(pipe)
+    with pytest.warns(UserWarning, match=r"\[crf_ner\] the loss is .*'我在北京工作'.*batch skipped"):
+        losses = nlp.update(examples, sgd=optimizer)
+    assert losses["crf_ner"] == 0.0
+    after = _params(pipe)
+    for key in before:
+        numpy.testing.assert_array_equal(before[key], after[key], err_msg=str(key))
+    # nothing was accumulated either: the next good batch trains normally
+    pipe.model.get_ref("emissions").set_param("crf_emission_W", W)
+    losses = nlp.update(examples, sgd=optimizer)
+    assert numpy.isfinite(losses["crf_ner"]) and losses["crf_ner"] > 0
+    assert all(numpy.isfinite(v).all() for v in _params(pipe).values())
+
+
+def test_a_nonfinite_parameter_gradient_is_caught_before_the_optimizer(monkeypatch):
+    nlp, pipe, examples, optimizer = _trained_ner()
+    from spacy_crf import model as crf_model
+
+    real = crf_model.crf_loss
+
+    def nan_transition_grad(*args, **kwargs):
+        loss, d_scores = real(*args, **kwargs)
+        d_scores.d_params["crf_transitions"][0, 0] = numpy.nan
+        return loss, d_scores
+
+    monkeypatch.setattr(crf_model, "crf_loss", nan_transition_grad)
+    before = _params(pipe)
+    with pytest.raises(ValueError, match=r"\[crf_ner\] the gradient of 'crf_transitions' has 1 NaN"):
+        nlp.update(examples, sgd=optimizer)
+    after = _params(pipe)
+    assert all(numpy.array_equal(before[k], after[k]) for k in before)
+
+
+# --- entities already on the doc (reliability item 3) ------------------------------
+
+def _ents(doc):
+    return [(e.start_char, e.end_char, e.label_) for e in doc.ents]
+
+
+@pytest.fixture(scope="module")
+def bioes_nlp():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_ner", name="ner", config={"model": crf_model_config()})
+    examples = ner_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(40):
+        nlp.update(examples, sgd=optimizer)
+    assert _ents(nlp("张三去上海")) == [(0, 2, "PER"), (3, 5, "LOC")]
+    return nlp
+
+
+def test_preset_entities_are_kept_and_the_rest_is_decoded_around_them(bioes_nlp):
+    nlp, pipe = bioes_nlp, bioes_nlp.get_pipe("ner")
+    doc = nlp.make_doc("张三去上海")
+    doc.set_ents([Span(doc, 2, 4, label="LOC")], default="missing")  # "去上", against the model
+    doc = nlp(doc)
+    assert (2, 4, "LOC") in _ents(doc) and (0, 2, "PER") in _ents(doc)
+    ids = pipe.predict([doc])[0]
+    assert [pipe.tags[i] for i in ids][2:4] == ["B-LOC", "E-LOC"]
+    # a label the tagger does not know: kept, its tokens are outside for decoding
+    doc = nlp.make_doc("张三去上海")
+    doc.set_ents([Span(doc, 1, 3, label="ORG")], default="missing")
+    doc = nlp(doc)
+    assert (1, 3, "ORG") in _ents(doc)
+    assert all(e.label_ == "ORG" or e.end <= 1 or e.start >= 3 for e in doc.ents)
+    # blocked tokens stay blocked and are never part of a predicted entity
+    doc = nlp.make_doc("张三去上海")
+    doc.set_ents([], blocked=[Span(doc, 3, 5)], default="missing")
+    doc = nlp(doc)
+    assert _ents(doc) == [(0, 2, "PER")]
+    assert [t.ent_iob_ for t in doc][3:] == ["B", "B"] and [t.ent_type for t in doc][3:] == [0, 0]
+
+
+def test_an_entity_ruler_before_the_tagger_keeps_its_entities(bioes_nlp):
+    nlp = spacy.blank("zh")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns([{"label": "ORG", "pattern": "三去"}, {"label": "LOC", "pattern": "海"},
+                        {"label": "PER", "pattern": "工作"}])
+    nlp.add_pipe("ner", source=bioes_nlp)
+    texts = ["张三去上海", "李四住广州", "我在北京工作", "", "  ", "上海\u3000张三去北京"] * 2
+    single = [nlp(t) for t in texts]
+    assert {(1, 3, "ORG"), (4, 5, "LOC")} <= set(_ents(single[0]))
+    assert _ents(single[1]) == [(0, 2, "PER"), (3, 5, "LOC")]  # the tagger still predicts: O is not forced
+    assert (2, 4, "LOC") in _ents(single[2]) and (4, 6, "PER") in _ents(single[2])
+    for batch_size in (1, 3, 50):
+        assert [_ents(d) for d in nlp.pipe(texts, batch_size=batch_size)] == [_ents(d) for d in single]
+    # marginals ignore the entities on the doc unless asked
+    pipe = nlp.get_pipe("ner")
+    free = pipe.predict_marginals([single[0]])[0]
+    forced = pipe.predict_marginals([single[0]], respect_preset=True)[0]
+    assert forced[1, 0] == pytest.approx(1.0) and forced[4, pipe.tags.index("S-LOC")] == pytest.approx(1.0)
+    assert not numpy.allclose(free, forced)
+
+
+# --- labels added before initialize (reliability item 4) ---------------------------
+
+def test_labels_added_before_initialize_are_kept():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_ner", config={"model": crf_model_config()})
+    pipe.add_label("ORG")
+    nlp.initialize(lambda: ner_examples(nlp))
+    assert pipe.labels == ("LOC", "ORG", "PER") and len(pipe.tags) == 13
+    assert pipe.model.get_ref("crf").get_param("crf_transitions").shape == (13, 13)
+    # explicit labels from [initialize.components] still win, as in spaCy
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_ner", config={"model": crf_model_config()})
+    pipe.add_label("ORG")
+    nlp.config["initialize"]["components"]["crf_ner"] = {"labels": ["PER", "LOC"]}
+    nlp.initialize(lambda: ner_examples(nlp))
+    assert pipe.labels == ("LOC", "PER")
+
+
+# --- broken model directories (reliability item 7) ---------------------------------
+
+def _break(path, name, fix):
+    import json
+
+    cfg_path = path / name / "cfg"
+    cfg = json.loads(cfg_path.read_text(encoding="utf8"))
+    fix(cfg)
+    cfg_path.write_text(json.dumps(cfg), encoding="utf8")
+
+
+@pytest.mark.parametrize("what,fix,message", [
+    ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
+    ("one label more", lambda cfg: cfg["labels"].append("ORG"), r"score 5 tags \(output width\) but the labels give 7"),
+    ("one label less", lambda cfg: cfg["labels"].pop(), r"score 5 tags .* labels give 3.*transition matrix is 5x5"),
+    ("other scheme", lambda cfg: cfg.update(scheme="bioes"), r"labels give 9"),
+])
+def test_a_cfg_that_does_not_match_the_weights_fails_at_load_time(ner_nlp, tmp_path, what, fix, message):
+    ner_nlp.to_disk(tmp_path / "model")
+    _break(tmp_path / "model", "crf_tagger", fix)
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load directory '.*model.crf_tagger'.*" + message):
+        spacy.load(tmp_path / "model")
+
+
+def test_a_missing_cfg_or_weights_file_fails_at_load_time(ner_nlp, tmp_path):
+    ner_nlp.to_disk(tmp_path / "model")
+    (tmp_path / "model" / "crf_tagger" / "cfg").unlink()
+    with pytest.raises(ValueError, match=r"cannot load directory '.*crf_tagger': its 'cfg' file is missing"):
+        spacy.load(tmp_path / "model")
+    ner_nlp.to_disk(tmp_path / "model2")
+    (tmp_path / "model2" / "crf_tagger" / "model").unlink()
+    with pytest.raises(ValueError, match=r"its 'model' file \(the weights\) is missing"):
+        spacy.load(tmp_path / "model2")
+
+
+def test_truncated_weights_name_the_file(ner_nlp, tmp_path):
+    ner_nlp.to_disk(tmp_path / "model")
+    weights = tmp_path / "model" / "crf_tagger" / "model"
+    weights.write_bytes(weights.read_bytes()[: len(weights.read_bytes()) // 2])
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load the weights file '.*crf_tagger.model': it is truncated"):
+        spacy.load(tmp_path / "model")
+    data = ner_nlp.get_pipe("crf_tagger").to_bytes()
+    other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load from bytes"):
+        other.from_bytes(data[: len(data) // 2])
+
+
+def test_nonfinite_weights_fail_at_load_time(ner_nlp, tmp_path):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    crf = pipe.model.get_ref("crf")
+    transitions = crf.get_param("crf_transitions").copy()
+    broken = transitions.copy()
+    broken[1, 2] = numpy.nan
+    crf.set_param("crf_transitions", broken)
+    try:
+        ner_nlp.to_disk(tmp_path / "model")
+        data = pipe.to_bytes()
+    finally:
+        crf.set_param("crf_transitions", transitions)
+    with pytest.raises(ValueError, match=r"cannot load directory .*'crf_transitions' of layer 'crf' has 1 NaN"):
+        spacy.load(tmp_path / "model")
+    other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"cannot load bytes: .*'crf_transitions'.* 1 NaN"):
+        other.from_bytes(data)
+
+
+# --- not initialized (reliability item 11) -----------------------------------------
+
+def test_transition_table_before_initialize_says_so():
+    pipe = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"\[crf_ner\] transition_table: the component is not initialized"):
+        pipe.transition_table()
