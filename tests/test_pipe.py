@@ -619,3 +619,29 @@ def test_transition_table_before_initialize_says_so():
     pipe = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
     with pytest.raises(ValueError, match=r"\[crf_ner\] transition_table: the component is not initialized"):
         pipe.transition_table()
+
+
+def test_skip_with_a_shared_encoder_upstream_keeps_every_weight_finite():
+    """A listener upstream: the skipped tagger passes no gradient to the shared
+    tok2vec, so nothing non-finite reaches the encoder either."""
+    from thinc.api import Config
+
+    from _configs import pipeline_config
+
+    text = pipeline_config([("crf_ner", "crf_ner", "bioes")], encoder="tok2vec")
+    text = text.replace('factory = "crf_ner"\n', 'factory = "crf_ner"\non_nonfinite = "skip"\n')
+    nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
+    examples = ner_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=optimizer)
+    pipe = nlp.get_pipe("crf_ner")
+    assert pipe.cfg["on_nonfinite"] == "skip"
+    _blow_up(pipe)
+    before = _params(pipe)
+    with pytest.warns(UserWarning, match=r"\[crf_ner\] the loss is .*batch skipped"):
+        nlp.update(examples, sgd=optimizer)
+    after = _params(pipe)
+    assert all(numpy.array_equal(before[k], after[k]) for k in before)
+    tok2vec = nlp.get_pipe("tok2vec").model
+    assert all(numpy.isfinite(node.get_param(name)).all()
+               for node in tok2vec.walk() for name in node.param_names if node.has_param(name))
