@@ -580,6 +580,17 @@ def test_a_missing_cfg_or_weights_file_fails_at_load_time(ner_nlp, tmp_path):
     (tmp_path / "model2" / "crf_tagger" / "model").unlink()
     with pytest.raises(ValueError, match=r"its 'model' file \(the weights\) is missing"):
         spacy.load(tmp_path / "model2")
+    ner_nlp.to_disk(tmp_path / "model3")
+    (tmp_path / "model3" / "crf_tagger" / "cfg").write_text('{"scheme": "bio", "labels": [', encoding="utf8")
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot read '.*model3.crf_tagger.cfg'"):
+        spacy.load(tmp_path / "model3")
+    import srsly
+
+    data = srsly.msgpack_loads(ner_nlp.get_pipe("crf_tagger").to_bytes())
+    del data["cfg"]
+    other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"cannot load from bytes: no 'cfg' in the data"):
+        other.from_bytes(srsly.msgpack_dumps(data))
 
 
 def test_truncated_weights_name_the_file(ner_nlp, tmp_path):
