@@ -13,7 +13,7 @@ import platform
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, Optional, Union
 
 from spacy.tokens import Doc
 
@@ -80,7 +80,8 @@ def hardware() -> Dict[str, Any]:
 #
 # Every command and project script that writes files follows one rule:
 # validate at the boundary (before reading or computing anything expensive),
-# refuse an output that is an input or another output, and never leave a
+# refuse an output that is an input, lies in an input folder or is another
+# output, and never leave a
 # partial result: a file is written under a temporary name in its own
 # directory and renamed into place (``os.replace``, atomic on one file
 # system) only once it is complete; a directory is built next to its final
