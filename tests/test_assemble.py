@@ -148,3 +148,41 @@ def test_an_interrupted_save_keeps_the_earlier_pipeline(trained_dirs, tmp_path, 
     assert _tree(tmp_path / "pipeline") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline"]
     assert spacy.load(tmp_path / "pipeline").pipe_names == nlp.pipe_names
+
+
+@pytest.mark.parametrize("words", ["split", "keep_words", "respect_ents"])
+def test_words_policy_is_saved_with_the_pipeline(trained_dirs, tmp_path, words):
+    nlp = assemble(trained_dirs / "cws", trained_dirs / "ner", words=words)
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.meta["words_and_entities"] == words
+    order = ["transformer", "crf_ner", "segmenter", "merge_words"] if words == "respect_ents" else \
+        ["transformer", "segmenter", "crf_ner", "merge_words"]
+    assert loaded.pipe_names == order
+    assert loaded.get_pipe("segmenter").cfg.get("respect_ents", False) == (words == "respect_ents")
+    assert loaded.get_pipe("merge_words").entity_policy == ("keep_words" if words == "keep_words" else "split")
+    texts = ["张三去上海", "我在北京工作", "北京大学在北京", ""]
+    for text, doc in zip(texts, loaded.pipe(texts)):
+        assert doc.text == text
+        if words == "respect_ents":  # words never cross an entity: the merge has nothing to split
+            bounds = {t.idx for t in doc} | {t.idx + len(t) for t in doc}
+            assert all(e.start_char in bounds and e.end_char in bounds for e in doc.ents)
+            assert [t.text for t in doc] == [s.text for s in doc.spans["words"]]
+    with pytest.raises(ValueError, match="words must be one of"):
+        assemble(trained_dirs / "cws", trained_dirs / "ner", words="merge")
+
+
+def test_quantized_assembly(trained_dirs, tmp_path):
+    from spacy_crf.quantize import is_quantized
+
+    nlp = assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="qint8")
+    assert nlp.meta["quantized"] == "qint8"
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    encoders = [shim._model for _, pipe in loaded.components if hasattr(pipe, "model")
+                for node in pipe.model.walk() for shim in node.shims]
+    assert encoders and all(is_quantized(m) for m in encoders)
+    texts = ["张三去上海", "我在北京工作"]
+    assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
+    with pytest.raises(ValueError, match="quantize must be none or qint8"):
+        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="int4")

@@ -18,6 +18,18 @@ that no entity is lost or altered.
   features it was not trained on, so ``replace_listeners`` copies the NER
   transformer *into* the NER ``crf_tagger``, which then owns its encoder:
   two encoders run, at about half the speed.
+
+Where a predicted word and an entity disagree (``--words``):
+
+* ``split``: ``crf_merge_words`` splits the word at the entity boundary;
+* ``keep_words``: the merge keeps the words; entities that do not align with
+  them go to ``doc.spans["ents_chars"]`` instead of ``doc.ents``;
+* ``respect_ents``: ``crf_ner`` runs before the segmenter, whose Viterbi
+  then takes every entity boundary as a forced word boundary, so the rest of
+  the sentence is segmented around the entities and nothing needs splitting.
+
+``--quantize qint8`` stores the encoder's linear layers as int8
+(:func:`spacy_crf.quantize.quantize_pipeline`), for faster CPU inference.
 """
 from pathlib import Path
 from typing import Optional, Tuple
@@ -31,6 +43,7 @@ from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_
 
 # The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
+WORD_POLICIES = ("split", "keep_words", "respect_ents")
 
 
 def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: str) -> str:
@@ -60,13 +73,20 @@ def _owns_listeners(nlp: Language, component: str) -> None:
 
 
 def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "crf_pipeline",
-             version: str = "0.1.0", segmenter: Optional[str] = None, ner: Optional[str] = None) -> Language:
+             version: str = "0.1.0", segmenter: Optional[str] = None, ner: Optional[str] = None,
+             words: str = "split", quantize: str = "none") -> Language:
     """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs).
 
     cws_model: a joint model (segmenter + NER tagger on one transformer), or
         the segmentation model when ``ner_model`` is given.
     ner_model: a separately trained NER model; its encoder is copied into its tagger.
+    words: what happens where a word and an entity disagree (``WORD_POLICIES``).
+    quantize: "qint8": int8 dynamic quantization of the encoder's linear layers; "none".
     """
+    if words not in WORD_POLICIES:
+        raise ValueError(f"words must be one of {', '.join(WORD_POLICIES)}, not {words!r}")
+    if quantize not in ("none", "qint8"):
+        raise ValueError(f"quantize must be none or qint8, not {quantize!r}")
     cws_nlp = spacy.load(cws_model)
     ner_nlp = spacy.load(ner_model) if ner_model is not None else cws_nlp
     seg_name = _find(cws_nlp, ("bmes",), segmenter, str(cws_model))
@@ -79,9 +99,19 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     for t in trf:
         nlp.add_pipe("transformer", name=t, source=cws_nlp)
     nlp.add_pipe(seg_name, name="segmenter", source=cws_nlp)
-    nlp.add_pipe(ner_name, name="crf_ner", source=ner_nlp)
+    nlp.add_pipe(ner_name, name="crf_ner", source=ner_nlp,
+                 **({"before": "segmenter"} if words == "respect_ents" else {}))
+    if words == "respect_ents":
+        # the pipe's cfg wins over config.cfg when a saved pipeline loads: set both
+        nlp.config["components"]["segmenter"]["respect_ents"] = True
+        nlp.get_pipe("segmenter").cfg["respect_ents"] = True
     spans_key = nlp.get_pipe("segmenter").cfg.get("spans_key", "words")
-    nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key})
+    policy = "keep_words" if words == "keep_words" else "split"
+    nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key, "entity_policy": policy})
+    if quantize != "none":
+        from spacy_crf.quantize import quantize_pipeline
+
+        quantize_pipeline(nlp, dtype=quantize)
     nlp.meta.update({
         "name": name,
         "version": version,
@@ -89,6 +119,8 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
                        "features (spacy-crf); tokens are the predicted words, doc.ents the entities",
         "sources": [{"name": "segmenter", "path": str(cws_model)},
                     {"name": "crf_ner", "path": str(ner_model or cws_model)}],
+        "words_and_entities": words,
+        "quantized": None if quantize == "none" else quantize,
         "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
         "performance": {},
     })
@@ -116,6 +148,8 @@ def assemble_cli(
     name: str = typer.Option("crf_pipeline", "--name", help="Pipeline name (package: zh_NAME)"),
     version: str = typer.Option("0.1.0", "--version", help="Pipeline version"),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"),
+    words: str = typer.Option("split", "--words", help="Where a word and an entity disagree: split | keep_words | respect_ents (see the module docs)"),
+    quantize: str = typer.Option("none", "--quantize", help="none | qint8: store the encoder's linear layers as int8 (faster CPU inference)"),
 ) -> None:
     """Put the segmenter and the NER tagger into one pipeline and save it.
 
@@ -127,7 +161,7 @@ def assemble_cli(
         # checked before the (slow) models are loaded, and again when saving
         check_output_paths([model, ner_model], [], output_dirs=[output])
         check_output_dir(output, marker="meta.json", force=force)
-        nlp = assemble(model, ner_model, name=name, version=version)
+        nlp = assemble(model, ner_model, name=name, version=version, words=words, quantize=quantize)
         texts = ["张三在北京大学工作。"]
         doc = nlp(texts[0])
         save_pipeline(nlp, output, inputs=[model, ner_model], force=force)

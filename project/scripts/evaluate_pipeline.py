@@ -1,8 +1,14 @@
 """Score the shipped pipeline as users call it: raw text in, tokens and doc.ents out.
 
     python scripts/evaluate_pipeline.py PIPELINE --words DEV.spacy --ents DEV.spacy \
-        [--dictionary TRAIN.spacy] [--set components.merge_words.policy=keep_words] \
+        [--dictionary TRAIN.spacy] [--set components.merge_words.entity_policy=keep_words] \
         [--limit N] --output metrics/pipeline_public_api.json
+    python scripts/evaluate_pipeline.py zh_crf_pipeline --manifest corpus/manifest.json \
+        --words sxu --ents msra --output metrics/pipeline_public_api.json
+
+With ``--manifest`` (written by the corpus step), ``--words`` and ``--ents``
+name corpora, and each is scored on its evaluation split (the test file, or
+dev where the test file is held back), words with the corpus's dictionary.
 
 PIPELINE is an installed package name (``zh_crf_pipeline``) or a directory.
 Each reference doc's text goes through ``nlp.pipe`` exactly as a user would
@@ -30,6 +36,8 @@ import srsly
 from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
+
+from spacy_crf.util import write_json_atomic
 
 Offsets = Set[Tuple[int, int]]
 
@@ -134,8 +142,9 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pipeline", help="installed package name or pipeline directory")
-    p.add_argument("--words", type=Path, required=True, help=".spacy docs whose tokens are the gold words")
-    p.add_argument("--ents", type=Path, required=True, help=".spacy docs with gold entities")
+    p.add_argument("--words", required=True, help=".spacy docs whose tokens are the gold words (a corpus name with --manifest)")
+    p.add_argument("--ents", required=True, help=".spacy docs with gold entities (a corpus name with --manifest)")
+    p.add_argument("--manifest", type=Path, help="the corpus step's manifest.json: --words/--ents are corpus names")
     p.add_argument("--dictionary", type=Path, help=".spacy training corpus whose words are the IV dictionary")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--limit", type=int, default=0, help="first N docs of each file (0: all)")
@@ -144,11 +153,27 @@ def main() -> None:
     args = p.parse_args()
     if args.limit < 0 or args.batch_size <= 0:
         raise SystemExit("--limit must be >= 0 and --batch-size > 0")
-    result = evaluate_pipeline(args.pipeline, args.words, args.ents, dictionary=args.dictionary,
+    words, ents, dictionary = Path(args.words), Path(args.ents), args.dictionary
+    split = None
+    if args.manifest is not None:
+        manifest = srsly.read_json(args.manifest)
+        for name in (args.words, args.ents):
+            if name not in manifest:
+                raise SystemExit(f"{args.manifest}: no corpus {name!r} (has {', '.join(manifest)})")
+        words, ents = Path(manifest[args.words]["eval"]), Path(manifest[args.ents]["eval"])
+        dictionary = dictionary or Path(manifest[args.words]["dictionary"])
+        split = {"words": manifest[args.words]["eval_split"], "ents": manifest[args.ents]["eval_split"]}
+    for path in (words, ents, dictionary):
+        if path is not None and not path.is_file():
+            raise SystemExit(f"{path}: no such file")
+    if args.output.resolve() in {p.resolve() for p in (words, ents, dictionary) if p is not None}:
+        raise SystemExit(f"--output {args.output} is an input file")
+    result = evaluate_pipeline(args.pipeline, words, ents, dictionary=dictionary,
                                overrides=parse_overrides(args.overrides), limit=args.limit,
                                batch_size=args.batch_size)
+    result["split"] = split
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    srsly.write_json(args.output, result)
+    write_json_atomic(args.output, result)
     w, e, s = result["words"], result["ents"], result["segmenter_words"]
     print(f"public API: words F {100 * w['words_f']:.2f} (P {100 * w['words_p']:.2f} / R {100 * w['words_r']:.2f}"
           + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")

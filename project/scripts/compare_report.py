@@ -1,0 +1,123 @@
+"""CRF versus softmax heads on the same encoder, data and budget, over seeds.
+
+    python scripts/compare_report.py --out ROOT [--eval-limit N] [--readme README.md]
+
+The `compare` workflow trains, per seed, into ``ROOT/training/compare/seed<N>/``:
+
+* ``joint_crf``: the shipped model (configs/joint.cfg, CRF heads);
+* ``joint_softmax``: the same model with ``use_crf = false``: the same
+  emission layer, decoded by argmax instead of the CRF (the like-for-like head);
+* ``cws_tagger``: spaCy's ``tagger`` on BMES tags (SXU only);
+* ``ner_spacy``: spaCy's transition-based ``ner`` (MSRA only).
+
+This script scores every trained model found there on the manifest's
+evaluation split (SXU words, MSRA entities), writes
+``ROOT/metrics/compare.json`` and ``compare.md`` (mean ± half-range over the
+seeds found, and the seeds), and with ``--readme`` puts the table between
+the ``<!-- COMPARE -->`` markers of that README.
+"""
+import argparse
+import re
+import sys
+from pathlib import Path
+from statistics import mean
+from typing import Dict, List, Optional
+
+import srsly
+from evaluate import evaluate
+
+from spacy_crf.util import write_json_atomic, write_text_atomic
+
+# (model dir, label, tasks it is scored on)
+HEADS = [
+    ("joint_crf", "CRF (crf_segmenter + crf_ner, joint)", ("cws", "ner")),
+    ("joint_softmax", "softmax, same emission layer (use_crf = false, joint)", ("cws", "ner")),
+    ("cws_tagger", "spaCy tagger on BMES tags", ("cws",)),
+    ("ner_spacy", "spaCy ner (transition-based)", ("ner",)),
+]
+CORPUS = {"cws": "sxu", "ner": "msra"}
+KEY = {"cws": "words_f", "ner": "ents_f"}
+
+
+def cell(values: List[Optional[float]]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    centre = 100 * mean(values)
+    if len(values) == 1:
+        return f"{centre:.2f}"
+    return f"{centre:.2f} ± {100 * (max(values) - min(values)) / 2:.2f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=".")
+    p.add_argument("--eval-limit", type=int, default=0)
+    p.add_argument("--readme", default="")
+    p.add_argument("--profile", default="default")
+    args = p.parse_args()
+    if args.eval_limit < 0:
+        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
+    root = Path(args.out)
+    manifest_path = root / "corpus" / "manifest.json"
+    if not manifest_path.is_file():
+        p.error(f"{manifest_path}: no such file (run the corpus step first)")
+    manifest = srsly.read_json(manifest_path)
+    seed_dirs = sorted((root / "training" / "compare").glob("seed*"))
+    if not seed_dirs:
+        p.error(f"{root / 'training' / 'compare'}: no seed*/ folders (run the compare workflow first)")
+    results: Dict[str, Dict[str, Dict[str, Dict]]] = {}
+    for seed_dir in seed_dirs:
+        for head, _, tasks in HEADS:
+            model = seed_dir / head / "model-best"
+            if not model.exists():
+                print(f"skip {seed_dir.name}/{head}: not trained")
+                continue
+            for task in tasks:
+                entry = manifest[CORPUS[task]]
+                words = Path(entry["dictionary"]) if task == "cws" else None
+                result = evaluate(task, model, Path(entry["eval"]), words=words, split=entry["eval_split"],
+                                  name=f"{seed_dir.name}/{head}:{CORPUS[task]}", limit=args.eval_limit)
+                results.setdefault(head, {}).setdefault(task, {})[seed_dir.name] = {
+                    "scores": result["scores"], "train": result["train"], "split": entry["eval_split"]}
+                print(f"{seed_dir.name} {head} {task}: {KEY[task]} = {result['scores'][KEY[task]]}")
+    rows = []
+    for head, label, _ in HEADS:
+        by_task = results.get(head, {})
+        if not by_task:
+            continue
+        seeds = sorted({s for runs in by_task.values() for s in runs})
+        cws = [r["scores"]["words_f"] for r in by_task.get("cws", {}).values()]
+        oov = [r["scores"].get("words_oov_recall") for r in by_task.get("cws", {}).values()]
+        ner = [r["scores"]["ents_f"] for r in by_task.get("ner", {}).values()]
+        train_s = [(r.get("train") or {}).get("train_seconds") for runs in by_task.values() for r in runs.values()]
+        train_s = sorted({t for t in train_s if t is not None})
+        rows.append(f"| {label} | {cell(cws)} | {cell(oov)} | {cell(ner)} | {len(seeds)} ({', '.join(seeds)}) | "
+                    f"{', '.join(f'{t:,.0f}' for t in train_s) or '–'} |")
+    splits = {task: manifest[c]["eval_split"] for task, c in CORPUS.items()}
+    table = "\n".join([
+        f"Profile `{args.profile}`; SXU word F on {splits['cws']}, MSRA entity F on {splits['ner']}; "
+        "mean ± half-range over the seeds. Written by `spacy project run compare-report`.",
+        "",
+        "| head | SXU word F | SXU OOV recall | MSRA entity F | seeds | train s per run |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ])
+    metrics = root / "metrics"
+    metrics.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(metrics / "compare.json", {"profile": args.profile, "eval_limit": args.eval_limit,
+                                                "results": results})
+    write_text_atomic(metrics / "compare.md", table + "\n")
+    print(table)
+    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
+        readme = Path(args.readme)
+        text = readme.read_text(encoding="utf8")
+        new, n = re.subn(r"(<!-- COMPARE -->\n).*?(\n<!-- /COMPARE -->)", lambda m: m.group(1) + table + m.group(2),
+                         text, flags=re.S)
+        if n != 1:
+            sys.exit(f"error: {readme} has {n} <!-- COMPARE --> ... <!-- /COMPARE --> blocks, not one; left unchanged")
+        write_text_atomic(readme, new)
+
+
+if __name__ == "__main__":
+    main()
