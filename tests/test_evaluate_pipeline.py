@@ -98,3 +98,15 @@ def test_overrides_reach_the_loaded_pipeline(script, corpus):
     assert result["overrides"] == overrides and result["limit"] == 2
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         script.parse_overrides(["no-equals-sign"])
+
+
+def test_keep_words_scores_every_entity_by_offsets(script, corpus):
+    overrides = {"components.merge_words.entity_policy": "keep_words"}
+    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
+                                      overrides=overrides)
+    split = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy")
+    assert split["ents_all"] is None
+    # keep_words loses no entity: every predicted entity is in doc.ents or the unaligned group,
+    # so scoring them all by offsets gives the split policy's entity figures
+    assert result["ents_all"]["ents_f"] == pytest.approx(split["ents"]["ents_f"])
+    assert result["ents"]["ents_f"] <= result["ents_all"]["ents_f"] + 1e-9

@@ -20,7 +20,10 @@ send it; nothing from the reference reaches the pipeline.
 * entities: ``doc.ents`` against the reference entities, spaCy's
   ``ents_p/r/f`` and ``ents_per_type``;
 * for comparison, the segmenter's own words (the span group the merge step
-  started from) on the same run, so the cost of the merge is visible.
+  started from) on the same run, so the cost of the merge is visible;
+* when the merge step keeps words and records entities that do not align
+  with them in a span group (``entity_policy = "keep_words"``), also every
+  entity by character offsets (``doc.ents`` plus that group): ``ents_all``.
 
 ``--set`` overrides the pipeline's config at load time (repeatable), e.g.
 the merge step's entity policy; the overrides are recorded in the output.
@@ -37,6 +40,8 @@ from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_crf.merge import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
+from spacy_crf.merge import char_entities
 from spacy_crf.util import write_json_atomic
 
 Offsets = Set[Tuple[int, int]]
@@ -125,6 +130,18 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
                                  for d, r in zip(word_docs, word_refs)), vocab_words)
     ent_docs, ent_speed = run(nlp, ent_refs, batch_size)
     entities = get_ner_prf([Example(d, r) for d, r in zip(ent_docs, ent_refs)])
+    all_entities = None
+    if any(UNALIGNED in d.spans for d in ent_docs):
+        prf = PRFScore()
+        for doc, ref in zip(ent_docs, ent_refs):
+            pred = {(s, e, label) for s, e, label, _, _ in char_entities(doc, UNALIGNED)}
+            gold = {(e.start_char, e.end_char, e.label_) for e in ref.ents}
+            prf.tp += len(pred & gold)
+            prf.fp += len(pred - gold)
+            prf.fn += len(gold - pred)
+        all_entities = {"ents_p": prf.precision, "ents_r": prf.recall, "ents_f": prf.fscore,
+                        "unaligned_key": UNALIGNED,
+                        "unaligned": sum(len(d.spans[UNALIGNED]) for d in ent_docs if UNALIGNED in d.spans)}
     return {
         "pipeline": pipeline,
         "components": nlp.pipe_names,
@@ -135,6 +152,7 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
         "words": tokens,
         "segmenter_words": segmenter,
         "ents": entities,
+        "ents_all": all_entities,
         "speed": {"words_data": word_speed, "ents_data": ent_speed},
     }
 
@@ -179,6 +197,7 @@ def main() -> None:
           + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")
           + f"), entities F {100 * e['ents_f']:.2f} (P {100 * e['ents_p']:.2f} / R {100 * e['ents_r']:.2f})"
           + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
+          + (f"; all entities (incl. unaligned) F {100 * result['ents_all']['ents_f']:.2f}" if result["ents_all"] else "")
           + f" -> {args.output}")
 
 
