@@ -139,6 +139,8 @@ def test_linear_layers_become_dynamic_quantized_and_predict_close_to_float(float
     assert is_quantized(encoder)
     assert sum(isinstance(m, DynamicLinear) for m in encoder.modules()) == n_linear > 0
     assert not any(type(m) is torch.nn.Linear for m in encoder.modules())
+    weight = next(m for m in encoder.modules() if isinstance(m, DynamicLinear)).weight()
+    assert weight.dtype == torch.qint8 and weight.qscheme() == torch.per_channel_affine  # a scale per row
     assert int8.config["components"]["transformer"]["model"]["@architectures"] == QUANTIZED_ARCH
     assert int8.config["components"]["transformer"]["model"]["dtype"] == "qint8"
 
