@@ -2,10 +2,11 @@
 
 Importing the package has no side effects: it registers nothing and imports
 neither torch nor spaCy. spaCy finds the factories (``crf_tagger``,
-``crf_ner``, ``crf_segmenter``, ``crf_merge_words``), the
-``spacy_crf.CRFTagger.v1`` architecture, the optimizers, scorers and corpus
-readers through the package's entry points, and imports each module when a
-config first names it. Without an installed package, import the modules
-themselves (``spacy_crf.factories``, ``spacy_crf.corpora``, ...).
+``crf_ner``, ``crf_segmenter``, ``span_ner``, ``crf_merge_words``), the
+``spacy_crf.CRFTagger.v1`` and ``spacy_crf.SpanPointer.v1`` architectures,
+the optimizers, scorers and corpus readers through the package's entry
+points, and imports each module when a config first names it. Without an
+installed package, import the modules themselves (``spacy_crf.factories``,
+``spacy_crf.corpora``, ...).
 """
 __version__ = "0.1.0"

@@ -13,6 +13,10 @@ The variants differ only in their defaults, their declared ``assigns`` and
 their default score weights, so a config that uses them needs no
 ``[training.score_weights]`` block. A pipeline saved with
 ``factory = "crf_tagger"`` loads as before.
+
+``span_ner`` (:class:`~spacy_crf.span_pipe.SpanNER`) is the span
+(GlobalPointer) head: nested spans to ``doc.spans[spans_key]``, the best
+non-overlapping ones to ``doc.ents``; weights ``ents_f``.
 """
 import inspect
 from typing import Callable, List, Optional, Tuple
@@ -23,6 +27,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .pipe import CRFTagger
+from .span_pipe import DEFAULT_SPAN_KEY, SpanNER
 from .schemes import SchemeError, check_scheme
 from .util import DEFAULT_SPANS_KEY
 
@@ -176,3 +181,39 @@ make_crf_segmenter = Language.factory(
     tokens); scored by ``words_p/r/f``. The other settings are those of
     ``crf_tagger``."""),
 )
+
+
+DEFAULT_SPAN_MODEL = {"@architectures": "spacy_crf.SpanPointer.v1", "nO": None, "width": 64, "rope": True,
+                      "tok2vec": DEFAULT_MODEL["tok2vec"]}
+SPANS_WEIGHTS = {f"spans_{DEFAULT_SPAN_KEY}_{k}": v for k, v in (("f", 0.0), ("p", 0.0), ("r", 0.0), ("per_type", None))}
+
+
+@Language.factory(
+    "span_ner",
+    assigns=["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans"],
+    default_config={"model": DEFAULT_SPAN_MODEL, "spans_key": DEFAULT_SPAN_KEY, "max_length": 0,
+                    "threshold": 0.0, "scorer": {"@scorers": "spacy_crf.span_scorer.v1"}},
+    default_score_weights={**ENTS_WEIGHTS, **SPANS_WEIGHTS},
+)
+def make_span_ner(
+    nlp: Language,
+    name: str,
+    model: Model[List[Doc], List[Floats2d]],
+    spans_key: str,
+    max_length: int,
+    threshold: float,
+    scorer: Optional[Callable],
+) -> SpanNER:
+    """Create a span (GlobalPointer) entity recognizer: every span scoring
+    above ``threshold`` goes to ``doc.spans[spans_key]`` (nested ones
+    included, scores in the group's ``attrs["scores"]``), and the
+    highest-scoring non-overlapping ones to ``doc.ents``.
+
+    model: a ``spacy_crf.SpanPointer.v1`` model.
+    max_length: longest span in tokens (0: no limit).
+    threshold: the score above which a span is predicted (0 is the loss's
+        decision boundary).
+    scorer: ``spacy_crf.span_scorer.v1`` (``ents_*`` and ``spans_{spans_key}_*``).
+    """
+    return SpanNER(nlp.vocab, model, name, spans_key=spans_key, max_length=max_length,
+                   threshold=threshold, scorer=scorer)

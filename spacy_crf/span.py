@@ -1,0 +1,252 @@
+"""The ``spacy_crf.SpanPointer.v1`` architecture: a GlobalPointer span head.
+
+Every span ``(i, j)`` (first and last token, ``i <= j``) gets one score per
+label, so overlapping and nested entities are scored independently: 北京大学
+(ORG) and the 北京 (LOC) inside it are two cells of the score table, not two
+competing tag sequences. For each label ``l`` the head projects every token
+vector ``x`` to a start vector ``q = W_start[l] x + b`` and an end vector
+``k = W_end[l] x + b`` of ``width`` dimensions; then::
+
+    score(i, j, l) = R(i) q_i[l] . R(j) k_j[l] / sqrt(width)
+
+where ``R(p)`` is the rotary position embedding (RoPE, ``rope = true``): it
+rotates pairs of dimensions by angles proportional to the position, so the
+score depends on the span's length ``j - i`` as well as on its ends. Cells
+with ``j < i``, beyond the doc, or (with ``max_length``) longer than
+``max_length`` tokens are never scored.
+
+The loss is GlobalPointer's *multilabel categorical cross-entropy*, per doc
+and label, over the valid cells ``Ω`` split into gold spans ``P`` and the
+others ``N``::
+
+    loss = log(1 + Σ_{c ∈ N} exp(s_c)) + log(1 + Σ_{c ∈ P} exp(-s_c))
+
+It pushes every gold cell above 0 and every other cell below 0, so the
+decision threshold is 0 with no tuning, and unlike per-cell binary
+cross-entropy it is not swamped by the ~n²/2 negative cells of a doc. Cells
+whose gold is unknown (misaligned or missing annotation) are in neither set.
+The losses are summed over docs and labels.
+
+As with the CRF (:mod:`spacy_crf.model`), the thinc model ends with the
+projection (docs -> ``[n, 2 * n_labels * width]`` per doc: all start vectors,
+then all end vectors) and the pipe computes the loss with :func:`span_loss`,
+which returns the gradient of those projections. The parameters are named
+``span_start_W``, ``span_start_b``, ``span_end_W``, ``span_end_b`` so that
+:mod:`spacy_crf.optimizers` can give them a learning-rate group (``span_*``).
+"""
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import numpy
+import torch
+from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_init
+from thinc.types import Floats2d
+from thinc.util import torch2xp, xp2torch
+from spacy.tokens import Doc
+from spacy.util import registry
+
+START_W, START_B, END_W, END_B = "span_start_W", "span_start_b", "span_end_W", "span_end_b"
+#: gold cell values: a gold span, not a gold span, unknown (left out of the loss)
+POSITIVE, NEGATIVE, UNKNOWN = 1, 0, -1
+ROPE_BASE = 10000.0
+
+#: one prediction: (first token, end token exclusive, label id, score)
+Prediction = Tuple[int, int, int, float]
+
+
+@registry.architectures("spacy_crf.SpanPointer.v1")
+def build_span_pointer(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    nO: Optional[int] = None,
+    width: int = 64,
+    rope: bool = True,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Token features -> per-label start and end projections (GlobalPointer).
+
+    tok2vec: any layer that gives one vector per token (a transformer
+        listener, ``spacy.HashEmbedCNN.v2``, ...).
+    nO: the number of labels; inferred by the pipe from its labels if unset.
+    width: dimensions of each label's start and end vectors (even with rope).
+    rope: rotary position embedding, so that scores know the span length.
+    """
+    if rope and width % 2:
+        raise ValueError(f"SpanPointer: width must be even with rope = true, got {width}.")
+    projection = SpanProjection(nO=nO, width=width)
+    model = chain(tok2vec, projection)
+    model.set_ref("tok2vec", tok2vec)
+    model.set_ref("span_projection", projection)
+    model.attrs["span_width"] = width
+    model.attrs["span_rope"] = rope
+    return model
+
+
+def SpanProjection(nO: Optional[int] = None, width: int = 64, nI: Optional[int] = None) -> Model:
+    """[n, nI] -> [n, 2 * nO * width] per doc: start vectors of every label, then end vectors."""
+    return Model(
+        "span_projection",
+        _projection_forward,
+        init=_projection_init,
+        dims={"nO": nO, "nI": nI, "nH": width},
+        params={START_W: None, START_B: None, END_W: None, END_B: None},
+    )
+
+
+def _projection_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
+    if X is not None and len(X) and model.maybe_get_dim("nI") is None:
+        model.set_dim("nI", X[0].shape[1])
+    nO, nI, nH = model.get_dim("nO"), model.get_dim("nI"), model.get_dim("nH")
+    for W, b in ((START_W, START_B), (END_W, END_B)):
+        model.set_param(W, glorot_uniform_init(model.ops, (nO * nH, nI)))
+        model.set_param(b, zero_init(model.ops, (nO * nH,)))
+
+
+def _projection_forward(model: Model, Xs: List[Floats2d], is_train: bool):
+    Ws = [model.get_param(START_W), model.get_param(END_W)]
+    bs = [model.get_param(START_B), model.get_param(END_B)]
+    half = Ws[0].shape[0]
+    lengths = [len(x) for x in Xs]
+    X = model.ops.flatten(Xs, pad=0) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
+    Y = model.ops.xp.concatenate([model.ops.gemm(X, W, trans2=True) + b for W, b in zip(Ws, bs)], axis=1)
+
+    def backprop(dYs: List[Floats2d]) -> List[Floats2d]:
+        dY = model.ops.flatten(dYs, pad=0) if dYs else model.ops.alloc2f(0, 2 * half)
+        dX = None
+        for (W, b), part in zip(((START_W, START_B), (END_W, END_B)), (dY[:, :half], dY[:, half:])):
+            part = model.ops.xp.ascontiguousarray(part)
+            model.inc_grad(W, model.ops.gemm(part, X, trans1=True))
+            model.inc_grad(b, part.sum(axis=0))
+            d = model.ops.gemm(part, model.get_param(W))
+            dX = d if dX is None else dX + d
+        return model.ops.unflatten(dX, lengths)
+
+    return model.ops.unflatten(Y, lengths), backprop
+
+
+def is_initialized(model: Model) -> bool:
+    layer = model.get_ref("span_projection")
+    return all(layer.has_param(name) is True for name in layer.param_names)
+
+
+# --- the maths, in torch -----------------------------------------------------
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding over ``x`` [B, T, L, d] (d even): dimensions
+    ``(2m, 2m+1)`` at position ``p`` rotate by ``p * ROPE_BASE ** (-2m / d)``."""
+    B, T, L, d = x.shape
+    theta = ROPE_BASE ** (-torch.arange(0, d, 2, dtype=x.dtype, device=x.device) / d)  # [d/2]
+    angle = torch.arange(T, dtype=x.dtype, device=x.device)[:, None] * theta[None, :]  # [T, d/2]
+    cos, sin = torch.cos(angle)[None, :, None, :], torch.sin(angle)[None, :, None, :]
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).reshape(B, T, L, d)
+
+
+def span_scores(projections: torch.Tensor, n_labels: int, use_rope: bool) -> torch.Tensor:
+    """[B, T, 2 * L * d] projections -> scores [B, L, T, T] (``[b, l, i, j]``:
+    span from token i to token j, both included, label l)."""
+    B, T, _ = projections.shape
+    q, k = projections.reshape(B, T, 2, n_labels, -1).unbind(dim=2)  # [B, T, L, d] each
+    if use_rope:
+        q, k = rope(q), rope(k)
+    return torch.einsum("bild,bjld->blij", q, k) / math.sqrt(q.shape[-1])
+
+
+def valid_cells(lengths: Sequence[int], T: int, max_length: int = 0, device=None) -> torch.Tensor:
+    """bool [B, T, T]: cells ``(i, j)`` with ``i <= j < length`` and, if
+    ``max_length`` > 0, ``j - i < max_length``."""
+    i = torch.arange(T, device=device)
+    cells = i[:, None] <= i[None, :]
+    if max_length > 0:
+        cells = cells & (i[None, :] - i[:, None] < max_length)
+    inside = i[None, :] < torch.as_tensor(list(lengths), device=device)[:, None]  # [B, T]
+    return cells[None] & inside[:, :, None] & inside[:, None, :]
+
+
+def multilabel_categorical_crossentropy(scores: torch.Tensor, positive: torch.Tensor,
+                                        negative: torch.Tensor) -> torch.Tensor:
+    """``log(1 + Σ_N exp(s)) + log(1 + Σ_P exp(-s))`` over the last dimension
+    (bool masks ``positive``/``negative``; cells in neither are left out)."""
+    neg_inf = torch.finfo(scores.dtype).min
+    zero = scores.new_zeros(scores.shape[:-1] + (1,))
+    s_neg = torch.cat([zero, scores.masked_fill(~negative, neg_inf)], dim=-1)
+    s_pos = torch.cat([zero, (-scores).masked_fill(~positive, neg_inf)], dim=-1)
+    return torch.logsumexp(s_neg, dim=-1) + torch.logsumexp(s_pos, dim=-1)
+
+
+def _pad(arrays: Sequence[Floats2d], requires_grad: bool = False) -> torch.Tensor:
+    lengths = [len(a) for a in arrays]
+    T, D = max(lengths, default=0), arrays[0].shape[1]
+    xp = get_array_module(arrays[0])
+    padded = xp.zeros((len(arrays), T, D), dtype="float32")
+    for b, a in enumerate(arrays):
+        padded[b, : len(a)] = a
+    return xp2torch(padded, requires_grad=requires_grad)
+
+
+def span_loss(
+    model: Model,
+    projections: List[Floats2d],
+    gold: List[Optional[numpy.ndarray]],
+    max_length: int = 0,
+) -> Tuple[float, List[Floats2d]]:
+    """Summed loss over docs and labels, and its gradient for each doc's projections.
+
+    gold: per doc an int8 array [L, n, n] of :data:`POSITIVE`, :data:`NEGATIVE`
+        and :data:`UNKNOWN` (only cells ``i <= j`` are read), or None when the
+        doc has no gold for this head (it contributes nothing).
+    """
+    lengths = [len(p) for p in projections]
+    if not projections or not any(lengths):
+        return 0.0, [p * 0 for p in projections]
+    n_labels = model.get_ref("span_projection").get_dim("nO")
+    X = _pad(projections, requires_grad=True)
+    B, T, _ = X.shape
+    scores = span_scores(X, n_labels, model.attrs["span_rope"])  # [B, L, T, T]
+    cells = numpy.full((B, n_labels, T, T), UNKNOWN, dtype="int8")
+    for b, g in enumerate(gold):
+        if g is not None:
+            cells[b, :, : lengths[b], : lengths[b]] = g
+    cells = torch.as_tensor(cells, device=scores.device)
+    valid = valid_cells(lengths, T, max_length, scores.device)[:, None]  # [B, 1, T, T]
+    positive, negative = valid & (cells == POSITIVE), valid & (cells == NEGATIVE)
+    loss = multilabel_categorical_crossentropy(
+        scores.reshape(B, n_labels, T * T), positive.reshape(B, n_labels, T * T), negative.reshape(B, n_labels, T * T)
+    ).sum()
+    loss.backward()
+    grad = torch2xp(X.grad)
+    return float(loss.detach()), [grad[b, :n] for b, n in enumerate(lengths)]
+
+
+def predict_spans(
+    model: Model,
+    projections: List[Floats2d],
+    max_length: int = 0,
+    threshold: float = 0.0,
+) -> List[List[Prediction]]:
+    """Per doc, every valid cell scoring above ``threshold``, as
+    ``(start, end, label_id, score)`` with ``end`` exclusive, highest score first."""
+    out: List[List[Prediction]] = [[] for _ in projections]
+    lengths = [len(p) for p in projections]
+    if not any(lengths):
+        return out
+    n_labels = model.get_ref("span_projection").get_dim("nO")
+    with torch.no_grad():
+        scores = span_scores(_pad(projections), n_labels, model.attrs["span_rope"])
+        valid = valid_cells(lengths, scores.shape[-1], max_length, scores.device)[:, None]
+        hits = (valid & (scores > threshold)).nonzero().tolist()
+        values = scores[valid & (scores > threshold)].tolist()  # same (row-major) order as nonzero()
+    for (b, label, i, j), value in zip(hits, values):
+        out[b].append((i, j + 1, label, float(value)))
+    for preds in out:
+        preds.sort(key=lambda p: (-p[3], p[0], p[1], p[2]))
+    return out
+
+
+def all_scores(model: Model, projections: List[Floats2d]) -> List[numpy.ndarray]:
+    """Per doc the full score table [L, n, n] (``[l, i, j]``; cells with j < i are meaningless)."""
+    if not projections or not any(len(p) for p in projections):
+        return [numpy.zeros((0, len(p), len(p)), dtype="f") for p in projections]
+    n_labels = model.get_ref("span_projection").get_dim("nO")
+    with torch.no_grad():
+        scores = span_scores(_pad(projections), n_labels, model.attrs["span_rope"]).cpu().numpy()
+    return [scores[b, :, : len(p), : len(p)] for b, p in enumerate(projections)]

@@ -1,0 +1,256 @@
+"""The span (pointer) NER component (:class:`SpanNER`, factory ``span_ner``).
+
+It scores every span of a doc for every label with the GlobalPointer head
+of :mod:`spacy_crf.span` and writes:
+
+* ``doc.spans[spans_key]``: every span scoring above ``threshold``, nested
+  and overlapping ones included, highest score first, with the scores in
+  ``doc.spans[spans_key].attrs["scores"]`` (as spaCy's ``spancat``);
+* ``doc.ents``: a non-overlapping subset, chosen greedily by score: the
+  highest-scoring span is kept, then the next one that overlaps no kept
+  span, and so on. Entities already on the doc (set by hand or by an
+  ``entity_ruler``) are kept and the predictions are placed around them, as
+  the CRF taggers do; spans starting or ending on a whitespace token are
+  never predicted.
+
+Gold, per reference doc: the span group ``spans_key`` if the doc has one
+(nested spans allowed), else ``doc.ents`` if the doc has entity annotation
+(tokens whose entity annotation is missing are unknown), else nothing (the
+doc teaches this component nothing, as an NER-less doc of
+``spacy_crf.JointCorpus.v1``). Gold spans that do not align with the
+predicted tokens make the cells starting or ending inside them unknown
+for their label.
+"""
+from itertools import islice
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy
+from thinc.api import Model, set_dropout_rate
+from thinc.types import Floats2d
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.scorer import Scorer, get_ner_prf
+from spacy.tokens import Doc, Span, SpanGroup
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.util import registry
+from spacy.vocab import Vocab
+
+from . import checks
+from . import span as span_model
+from .forced import preset_entity_tokens
+from .span import NEGATIVE, POSITIVE, UNKNOWN, Prediction
+from .util import quote_text
+
+DEFAULT_SPAN_KEY = "sc"
+
+
+def score_span_ner(examples: Iterable[Example], spans_key: str = DEFAULT_SPAN_KEY, **kwargs) -> Dict:
+    """``ents_p/r/f`` + ``ents_per_type`` (``doc.ents``, as spaCy's ``ner``) and
+    ``spans_{spans_key}_p/r/f`` + ``_per_type`` (the span group, overlaps allowed,
+    over reference docs that have that group)."""
+    examples = list(examples)
+    scores = dict(get_ner_prf(examples))
+    scores.update(Scorer.score_spans(
+        examples, f"spans_{spans_key}", getter=lambda doc, attr: doc.spans.get(spans_key, []),
+        has_annotation=lambda doc: spans_key in doc.spans, labeled=True, allow_overlap=True,
+    ))
+    return scores
+
+
+@registry.scorers("spacy_crf.span_scorer.v1")
+def make_span_scorer() -> Callable:
+    return score_span_ner
+
+
+class SpanNER(TrainablePipe):
+    """Entities, nested ones included, from a span-scoring (pointer) head."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "span_ner",
+        *,
+        spans_key: str = DEFAULT_SPAN_KEY,
+        max_length: int = 0,
+        threshold: float = 0.0,
+        labels: Sequence[str] = (),
+        scorer: Optional[Callable] = score_span_ner,
+    ) -> None:
+        if max_length < 0:
+            raise ValueError(f"[{name}] max_length must be >= 0 (0: no limit), not {max_length}.")
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg = {"labels": list(labels), "spans_key": spans_key, "max_length": int(max_length),
+                    "threshold": float(threshold)}
+
+    @property
+    def labels(self) -> tuple:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    def add_label(self, label: str) -> int:
+        if label in self.labels:
+            return 0
+        if self.model.get_ref("span_projection").has_dim("nO"):
+            raise ValueError(f"[{self.name}] cannot add label {label!r} after the model was initialized: "
+                             "pass all labels to initialize().")
+        self.cfg["labels"] = list(self.labels) + [label]
+        return 1
+
+    # --- prediction -----------------------------------------------------------
+
+    def predict(self, docs: Iterable[Doc]) -> List[List[Prediction]]:
+        """Per doc, the spans scoring above ``threshold`` as ``(start, end,
+        label_id, score)`` (token offsets, end exclusive), best first."""
+        docs = list(docs)
+        if not any(len(doc) for doc in docs):
+            return [[] for _ in docs]
+        self._require_initialized("predict")
+        projections = self.model.predict(docs)
+        return span_model.predict_spans(self.model, projections, self.cfg["max_length"], self.cfg["threshold"])
+
+    def span_scores(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
+        """Per doc, the full score table ``[n_labels, n, n]`` (``[l, i, j]``:
+        tokens i..j, both included; only ``i <= j`` is meaningful). With a
+        listener upstream, pass docs the shared encoder has already run over
+        (e.g. the output of ``nlp``), as for any listening component."""
+        docs = list(docs)
+        if not any(len(doc) for doc in docs):
+            return [numpy.zeros((len(self.labels), len(d), len(d)), dtype="f") for d in docs]
+        self._require_initialized("span_scores")
+        return span_model.all_scores(self.model, self.model.predict(docs))
+
+    def set_annotations(self, docs: Iterable[Doc], predictions: List[List[Prediction]]) -> None:
+        labels, key = self.labels, self.cfg["spans_key"]
+        for doc, preds in zip(docs, predictions):
+            preds = [p for p in preds if not (doc[p[0]].is_space or doc[p[1] - 1].is_space)]
+            spans = [Span(doc, s, e, label=labels[l]) for s, e, l, _ in preds]
+            doc.spans[key] = SpanGroup(doc, name=key, spans=spans,
+                                       attrs={"scores": numpy.asarray([p[3] for p in preds], dtype="f")})
+            write_greedy_entities(doc, [(s, e, labels[l]) for s, e, l, _ in preds])
+
+    def _require_initialized(self, what: str) -> None:
+        if not span_model.is_initialized(self.model):
+            raise ValueError(f"[{self.name}] {what}: the component is not initialized (its model has no "
+                             "weights). Call nlp.initialize() or load a trained pipeline first.")
+
+    # --- training -------------------------------------------------------------
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None,
+               losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+        """``TrainablePipe.update``; a batch of empty docs changes nothing, and a
+        NaN or infinite loss or gradient raises a ``NonFiniteError`` before
+        anything is passed on or written."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, "SpanNER.update")
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        projections, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_projections = self.get_loss(examples, projections)
+        problem = checks.nonfinite_in_loss(loss, d_projections)
+        if problem:
+            raise checks.NonFiniteError(
+                f"[{self.name}] {problem} in a batch of {len(examples)} docs starting with "
+                f"{quote_text(examples[0].predicted, 40)}. Nothing was written to the weights.")
+        backprop(d_projections)
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def get_loss(self, examples: Iterable[Example], projections: List[Floats2d]):
+        """Multilabel categorical cross-entropy over the span cells, summed over docs and labels."""
+        examples = list(examples)
+        validate_examples(examples, "SpanNER.get_loss")
+        gold = [gold_cells(eg, self.labels, self.cfg["spans_key"]) for eg in examples]
+        return span_model.span_loss(self.model, projections, gold, self.cfg["max_length"])
+
+    def initialize(self, get_examples: Callable[[], Iterable[Example]], *, nlp: Optional[Language] = None,
+                   labels: Optional[Sequence[str]] = None) -> None:
+        """Set the labels (given, or found in the examples' entities and span
+        groups plus those added before) and the model's shapes."""
+        examples = list(islice(get_examples(), 1000))
+        if examples:
+            validate_get_examples(get_examples, "SpanNER.initialize")
+        if labels is None:
+            found = set(self.labels)
+            key = self.cfg["spans_key"]
+            for eg in get_examples():
+                found.update(ent.label_ for ent in eg.reference.ents)
+                if key in eg.reference.spans:
+                    found.update(s.label_ for s in eg.reference.spans[key])
+            labels = sorted(found)
+        if not labels:
+            raise ValueError(f"[{self.name}] initialize() found no entity labels in the examples "
+                             f"(doc.ents or doc.spans[{self.cfg['spans_key']!r}]) and none were given.")
+        self.cfg["labels"] = list(labels)
+        layer = self.model.get_ref("span_projection")
+        if layer.has_dim("nO") and layer.get_dim("nO") != len(labels):
+            raise ValueError(f"[{self.name}] the model's nO is {layer.get_dim('nO')} but there are "
+                             f"{len(labels)} labels {list(labels)}.")
+        layer.set_dim("nO", len(labels))
+        docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
+        self.model.initialize(X=docs)
+
+
+def write_greedy_entities(doc: Doc, spans: Sequence[tuple]) -> None:
+    """Set ``doc.ents`` from ``(start, end, label)`` spans sorted best first:
+    each span that overlaps neither a kept span nor an entity already on the
+    doc is kept; the other free tokens are outside."""
+    taken = preset_entity_tokens(doc)
+    preset = taken.any()
+    taken = taken.copy()
+    kept = []
+    for start, end, label in spans:
+        if not taken[start:end].any():
+            taken[start:end] = True
+            kept.append(Span(doc, start, end, label=label))
+    if not preset:
+        doc.set_ents(kept, default="outside")
+        return
+    outside = [Span(doc, i, i + 1) for i in numpy.flatnonzero(~taken).tolist()]
+    doc.set_ents(kept, outside=outside, default="unmodified")
+
+
+def gold_cells(eg: Example, labels: Sequence[str], spans_key: str) -> Optional[numpy.ndarray]:
+    """int8 ``[n_labels, n, n]`` over the predicted tokens (see the module
+    doc): :data:`POSITIVE` at gold spans, :data:`UNKNOWN` where the gold is
+    unknown, :data:`NEGATIVE` elsewhere; None when the doc has no gold."""
+    ref, pred = eg.reference, eg.predicted
+    if spans_key in ref.spans:
+        spans, missing = list(ref.spans[spans_key]), []
+    elif ref.has_annotation("ENT_IOB"):
+        spans, missing = list(ref.ents), [t for t in ref if t.ent_iob == 0]
+    else:
+        return None
+    n = len(pred)
+    cells = numpy.full((len(labels), n, n), NEGATIVE, dtype="int8")
+    label_ids = {label: i for i, label in enumerate(labels)}
+    for token in missing:
+        p = pred.char_span(token.idx, token.idx + len(token), alignment_mode="expand")
+        if p is not None:
+            cells[:, p.start:p.end, :] = UNKNOWN
+            cells[:, :, p.start:p.end] = UNKNOWN
+    for span in spans:
+        label = label_ids.get(span.label_)
+        if label is None:
+            continue
+        p = pred.char_span(span.start_char, span.end_char)
+        if p is not None:
+            cells[label, p.start, p.end - 1] = POSITIVE
+            continue
+        p = pred.char_span(span.start_char, span.end_char, alignment_mode="expand")
+        if p is not None:
+            cells[label, p.start:p.end, :] = UNKNOWN
+            cells[label, :, p.start:p.end] = UNKNOWN
+    return cells
