@@ -12,6 +12,7 @@ from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.optimizers import grouped_adam
+from _configs import NER_DATA, PIPELINE_CFG
 from spacy_crf.quantize import (
     QUANTIZED_ARCH,
     QUANTIZED_TOK2VEC_ARCH,
@@ -20,54 +21,7 @@ from spacy_crf.quantize import (
     quantize_pipeline,
 )
 
-NER_DATA = [
-    ("我在北京工作", [(2, 4, "LOC")]),
-    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
-    ("今天天气好", []),
-    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
-]
 TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
-
-PIPELINE_CFG = """
-[nlp]
-lang = "zh"
-pipeline = ["transformer", "crf_tagger"]
-batch_size = 8
-
-[components]
-
-[components.transformer]
-factory = "transformer"
-max_batch_items = 4096
-
-[components.transformer.model]
-@architectures = "spacy-transformers.TransformerModel.v3"
-name = "{name}"
-mixed_precision = false
-
-[components.transformer.model.get_spans]
-@span_getters = "spacy-transformers.strided_spans.v1"
-window = 16
-stride = 12
-
-[components.transformer.model.tokenizer_config]
-use_fast = true
-
-[components.crf_tagger]
-factory = "crf_tagger"
-scheme = "bioes"
-
-[components.crf_tagger.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.crf_tagger.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.crf_tagger.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-"""
 
 
 def make_nlp(name):

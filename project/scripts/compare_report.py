@@ -17,14 +17,13 @@ seeds found, and the seeds), and with ``--readme`` puts the table between
 the ``<!-- COMPARE -->`` markers of that README.
 """
 import argparse
-import re
-import sys
 from pathlib import Path
 from statistics import mean
 from typing import Dict, List, Optional
 
 import srsly
 from evaluate import evaluate
+from readme_block import replace_block
 
 from spacy_crf.util import write_json_atomic, write_text_atomic
 
@@ -110,13 +109,7 @@ def main() -> None:
     write_text_atomic(metrics / "compare.md", table + "\n")
     print(table)
     if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
-        readme = Path(args.readme)
-        text = readme.read_text(encoding="utf8")
-        new, n = re.subn(r"(<!-- COMPARE -->\n).*?(\n<!-- /COMPARE -->)", lambda m: m.group(1) + table + m.group(2),
-                         text, flags=re.S)
-        if n != 1:
-            sys.exit(f"error: {readme} has {n} <!-- COMPARE --> ... <!-- /COMPARE --> blocks, not one; left unchanged")
-        write_text_atomic(readme, new)
+        replace_block(Path(args.readme), "COMPARE", table)
 
 
 if __name__ == "__main__":

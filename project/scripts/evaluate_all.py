@@ -17,12 +17,11 @@ Writes one JSON per score to ``ROOT/metrics/`` and the table
 README between the ``<!-- METRICS -->`` markers.
 """
 import argparse
-import re
-import sys
 from pathlib import Path
 
 import srsly
 from evaluate import evaluate
+from readme_block import replace_block
 
 from spacy_crf.util import write_json_atomic, write_text_atomic
 
@@ -101,13 +100,7 @@ def main() -> None:
     write_text_atomic(metrics / "summary.md", table + "\n")
     print(table)
     if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
-        readme = Path(args.readme)
-        text = readme.read_text(encoding="utf8")
-        new, n = re.subn(r"(<!-- METRICS -->\n).*?(\n<!-- /METRICS -->)", lambda m: m.group(1) + table + m.group(2),
-                         text, flags=re.S)
-        if n != 1:
-            sys.exit(f"error: {readme} has {n} <!-- METRICS --> ... <!-- /METRICS --> blocks, not one; left unchanged")
-        write_text_atomic(readme, new)
+        replace_block(Path(args.readme), "METRICS", table)
 
 
 if __name__ == "__main__":
