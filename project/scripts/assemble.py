@@ -28,7 +28,7 @@ Where a predicted word and an entity disagree (``--words``):
   then takes every entity boundary as a forced word boundary, so the rest of
   the sentence is segmented around the entities and nothing needs splitting.
 
-``--quantize qint8`` stores the encoder's linear layers as int8
+``--quantize qint8|float16`` stores the encoder's linear layers as int8 or float16
 (:func:`spacy_crf.quantize.quantize_pipeline`), for faster CPU inference.
 """
 from pathlib import Path
@@ -44,6 +44,7 @@ from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_
 # The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
 WORD_POLICIES = ("split", "keep_words", "respect_ents")
+QUANTIZE = ("none", "qint8", "float16")
 
 
 def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: str) -> str:
@@ -81,12 +82,13 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
         the segmentation model when ``ner_model`` is given.
     ner_model: a separately trained NER model; its encoder is copied into its tagger.
     words: what happens where a word and an entity disagree (``WORD_POLICIES``).
-    quantize: "qint8": int8 dynamic quantization of the encoder's linear layers; "none".
+    quantize: "qint8" (int8) or "float16" dynamic quantization of the encoder's
+        linear layers (:func:`spacy_crf.quantize.quantize_pipeline`); "none".
     """
     if words not in WORD_POLICIES:
         raise ValueError(f"words must be one of {', '.join(WORD_POLICIES)}, not {words!r}")
-    if quantize not in ("none", "qint8"):
-        raise ValueError(f"quantize must be none or qint8, not {quantize!r}")
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, not {quantize!r}")
     cws_nlp = spacy.load(cws_model)
     ner_nlp = spacy.load(ner_model) if ner_model is not None else cws_nlp
     seg_name = _find(cws_nlp, ("bmes",), segmenter, str(cws_model))
@@ -149,7 +151,7 @@ def assemble_cli(
     version: str = typer.Option("0.1.0", "--version", help="Pipeline version"),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"),
     words: str = typer.Option("split", "--words", help="Where a word and an entity disagree: split | keep_words | respect_ents (see the module docs)"),
-    quantize: str = typer.Option("none", "--quantize", help="none | qint8: store the encoder's linear layers as int8 (faster CPU inference)"),
+    quantize: str = typer.Option("none", "--quantize", help="none | qint8 | float16: dynamic quantization of the encoder's linear layers (faster CPU inference)"),
 ) -> None:
     """Put the segmenter and the NER tagger into one pipeline and save it.
 
