@@ -108,7 +108,7 @@ def test_read_sighan_odd_but_valid_whitespace(tmp_path, nlp):
 )
 def test_read_sighan_whitespace_inside_line_is_an_error(tmp_path, nlp, bad_line, needle):
     path = write(tmp_path, "gold.utf8", "上海  推\n" + bad_line + "\n")
-    with pytest.raises(CorpusFormatError, match=re.escape(f"gold.utf8:2: column ")) as err:
+    with pytest.raises(CorpusFormatError, match=re.escape("gold.utf8:2: column ")) as err:
         list(read_sighan(path, nlp.vocab))
     assert needle in str(err.value)
     assert err.value.line == 2

@@ -4,7 +4,7 @@ Most checks compare against brute force: enumerate all K^T tag paths in
 float64 and compute partition functions, best paths and marginals directly.
 """
 import itertools
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import pytest
 import torch

@@ -4,7 +4,6 @@ import numpy
 import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
-from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.corpora import JointCorpus

@@ -83,7 +83,6 @@ def test_importing_the_package_has_no_side_effects():
 
 
 def test_decode_and_marginals_obey_per_doc_tag_masks():
-    import pytest  # noqa: F401
     from spacy_crf.model import decode, marginals
 
     pipe, examples = _ner_pipe()

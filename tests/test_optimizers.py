@@ -1,6 +1,6 @@
 import numpy
 import pytest
-from thinc.api import Config, Model, chain
+from thinc.api import Config, chain
 from spacy.util import registry
 
 from spacy_crf.optimizers import GroupedOptimizer, ParamGroupError, build_param_groups, grouped_adam, grouped_sgd

@@ -4,7 +4,7 @@ cross an entity and ``crf_merge_words`` never has to split one."""
 import numpy
 import pytest
 import spacy
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
