@@ -16,13 +16,15 @@ from spacy.util import registry
 from .util import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
 
-def predicted_words(doc: Doc, spans_key: str = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
+def predicted_words(doc: Doc, spans_key: Optional[str] = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
     """Character offsets of the words a segmenter predicted.
 
     Uses the span group if present (before the merge step), else the tokens
-    (after merging characters into word tokens). Whitespace is never a word.
+    (after merging characters into word tokens); ``spans_key=None`` scores
+    the tokens whatever groups the doc has (what a user of the pipeline
+    reads as words). Whitespace is never a word.
     """
-    if spans_key in doc.spans:
+    if spans_key is not None and spans_key in doc.spans:
         spans = doc.spans[spans_key]
         return {(s.start_char, s.end_char) for s in spans if not s.text.isspace()}
     return reference_words(doc)
@@ -34,7 +36,7 @@ def reference_words(doc: Doc) -> Set[Tuple[int, int]]:
 
 def score_words(
     examples: Iterable[Example],
-    spans_key: str = DEFAULT_SPANS_KEY,
+    spans_key: Optional[str] = DEFAULT_SPANS_KEY,
     iv_words: Optional[Set[str]] = None,
     **kwargs: Any,
 ) -> Dict[str, Any]:

@@ -32,7 +32,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import spacy
 import srsly
@@ -42,41 +42,8 @@ from spacy.training import Example
 
 from spacy_crf.merge import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
 from spacy_crf.merge import char_entities
+from spacy_crf.scorers import score_words
 from spacy_crf.util import write_json_atomic
-
-Offsets = Set[Tuple[int, int]]
-
-
-def token_words(doc: Doc) -> Offsets:
-    """Character offsets of the doc's tokens, whitespace excluded: what a user reads as words."""
-    return {(t.idx, t.idx + len(t)) for t in doc if not t.is_space}
-
-
-def span_words(doc: Doc, key: str) -> Optional[Offsets]:
-    if key not in doc.spans:
-        return None
-    return {(s.start_char, s.end_char) for s in doc.spans[key] if not s.text.isspace()}
-
-
-def word_scores(pairs: Iterable[Tuple[Offsets, Offsets, str]], dictionary: Optional[Set[str]]) -> Dict[str, Any]:
-    """P/R/F over (predicted, gold, text) triples, with OOV/IV recall when a dictionary is given."""
-    prf = PRFScore()
-    found = {"oov": 0, "iv": 0}
-    total = {"oov": 0, "iv": 0}
-    for pred, gold, text in pairs:
-        prf.tp += len(pred & gold)
-        prf.fp += len(pred - gold)
-        prf.fn += len(gold - pred)
-        if dictionary is not None:
-            for start, end in gold:
-                kind = "iv" if text[start:end] in dictionary else "oov"
-                total[kind] += 1
-                found[kind] += (start, end) in pred
-    scores: Dict[str, Any] = {"words_p": prf.precision, "words_r": prf.recall, "words_f": prf.fscore}
-    if dictionary is not None:
-        scores["words_oov_recall"] = found["oov"] / total["oov"] if total["oov"] else None
-        scores["words_iv_recall"] = found["iv"] / total["iv"] if total["iv"] else None
-    return scores
 
 
 def read_docs(path: Path, vocab, limit: int) -> List[Doc]:
@@ -123,11 +90,11 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
         vocab_words = {t.text for doc in DocBin().from_disk(dictionary).get_docs(nlp.vocab) for t in doc if not t.is_space}
 
     word_docs, word_speed = run(nlp, word_refs, batch_size)
-    tokens = word_scores(((token_words(d), token_words(r), r.text) for d, r in zip(word_docs, word_refs)), vocab_words)
+    word_examples = [Example(d, r) for d, r in zip(word_docs, word_refs)]
+    tokens = score_words(word_examples, spans_key=None, iv_words=vocab_words)
     segmenter = None
-    if all(span_words(d, spans_key) is not None for d in word_docs):
-        segmenter = word_scores(((span_words(d, spans_key), token_words(r), r.text)
-                                 for d, r in zip(word_docs, word_refs)), vocab_words)
+    if all(spans_key in d.spans for d in word_docs):
+        segmenter = score_words(word_examples, spans_key=spans_key, iv_words=vocab_words)
     ent_docs, ent_speed = run(nlp, ent_refs, batch_size)
     entities = get_ner_prf([Example(d, r) for d, r in zip(ent_docs, ent_refs)])
     all_entities = None
