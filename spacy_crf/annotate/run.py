@@ -26,14 +26,8 @@ from .io import (
     make_writer,
     output_path,
 )
+from ..util import write_text_atomic
 from .records import make_record
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.partial"
-    tmp.write_text(text, encoding="utf8")
-    os.replace(tmp, path)
 
 
 class _Progress:
@@ -191,8 +185,8 @@ def annotate(
                         f"shard {shards[i]}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
                         f"{writer.count} ({n_errors} bad); its output was not finished")
                 err_text = "".join(dumps(e) + "\n" for e in errors.pop(i, []))
-                _write_atomic(states[i].with_suffix(".errors.jsonl"), err_text)
-                _write_atomic(states[i], dumps({"shard": str(shards[i]), "output": str(finals[i]),
+                write_text_atomic(states[i].with_suffix(".errors.jsonl"), err_text)
+                write_text_atomic(states[i], dumps({"shard": str(shards[i]), "output": str(finals[i]),
                                                 "records": writer.count, "skipped": n_errors,
                                                 "chars": shard_chars.pop(i, 0)}) + "\n")
                 writer.commit()
@@ -216,7 +210,7 @@ def annotate(
         if err_file.exists():
             err_lines.append(err_file.read_text(encoding="utf8"))
     if any(err_lines):
-        _write_atomic(errors_path, "".join(err_lines))
+        write_text_atomic(errors_path, "".join(err_lines))
     elif errors_path.exists():
         errors_path.unlink()
     seconds = time.perf_counter() - start
