@@ -192,7 +192,8 @@ SPANS_WEIGHTS = {f"spans_{DEFAULT_SPAN_KEY}_{k}": v for k, v in (("f", 0.0), ("p
     "span_ner",
     assigns=["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans"],
     default_config={"model": DEFAULT_SPAN_MODEL, "spans_key": DEFAULT_SPAN_KEY, "max_length": 0,
-                    "threshold": 0.0, "scorer": {"@scorers": "spacy_crf.span_scorer.v1"}},
+                    "threshold": 0.0, "scorer": {"@scorers": "spacy_crf.span_scorer.v1"},
+                    "on_nonfinite": "raise"},
     default_score_weights={**ENTS_WEIGHTS, **SPANS_WEIGHTS},
 )
 def make_span_ner(
@@ -203,6 +204,7 @@ def make_span_ner(
     max_length: int,
     threshold: float,
     scorer: Optional[Callable],
+    on_nonfinite: str = "raise",
 ) -> SpanNER:
     """Create a span (GlobalPointer) entity recognizer: every span scoring
     above ``threshold`` goes to ``doc.spans[spans_key]`` (nested ones
@@ -214,6 +216,7 @@ def make_span_ner(
     threshold: the score above which a span is predicted (0 is the loss's
         decision boundary).
     scorer: ``spacy_crf.span_scorer.v1`` (``ents_*`` and ``spans_{spans_key}_*``).
+    on_nonfinite: "raise" (default) or "skip", as for ``crf_tagger``.
     """
     return SpanNER(nlp.vocab, model, name, spans_key=spans_key, max_length=max_length,
-                   threshold=threshold, scorer=scorer)
+                   threshold=threshold, scorer=scorer, on_nonfinite=on_nonfinite)

@@ -26,13 +26,12 @@ listener upstream (a shared ``transformer`` or ``tok2vec``), the tagger can
 only vouch for its own loss, its gradient to the listener and its own
 parameters: the encoder's own update is that component's business.
 """
-import warnings
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
-from thinc.api import Model, set_dropout_rate
+from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 from spacy import util
 from spacy.language import Language
@@ -45,6 +44,7 @@ from spacy.vocab import Vocab
 from . import checks, forced
 from . import model as crf_model
 from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
+from .guarded import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
 from .gold import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
 from .schemes import (
     SchemeError,
@@ -57,14 +57,13 @@ from .schemes import (
 )
 from .scorers import score_crf_tagger
 from .transitions import TransitionTable
-from .util import DEFAULT_SPANS_KEY, quote_text
+from .util import DEFAULT_SPANS_KEY
 
-#: values of the ``on_nonfinite`` setting
-ON_NONFINITE = ("raise", "skip")
-
-
-class CRFTagger(TrainablePipe):
+class CRFTagger(GuardedUpdate, TrainablePipe):
     """Label token sequences with a linear-chain CRF over token features."""
+
+    nonfinite_causes = ("a too large learning rate or CRF multiplier, no grad_clip, NaN features from an "
+                        "upstream encoder, or NaN weights")
 
     def __init__(
         self,
@@ -81,8 +80,7 @@ class CRFTagger(TrainablePipe):
         on_nonfinite: str = "raise",
         respect_ents: bool = False,
     ) -> None:
-        if on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"[{name}] on_nonfinite must be one of {ON_NONFINITE}, not {on_nonfinite!r}.")
+        check_on_nonfinite(name, on_nonfinite)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -97,10 +95,6 @@ class CRFTagger(TrainablePipe):
             "respect_ents": bool(respect_ents),
         }
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
-        # since the last optimizer step: whether a batch's gradients went in,
-        # whether a batch was skipped (on_nonfinite = "skip")
-        self._grads_in = False
-        self._skipped = False
         crf_model.install_fork_hook()
 
     # --- labels and tags ------------------------------------------------------
@@ -230,71 +224,6 @@ class CRFTagger(TrainablePipe):
             gold,
             self.constraints,
             constrain_training=self.cfg["constrain_training"],
-        )
-
-    def update(
-        self,
-        examples: Iterable[Example],
-        *,
-        drop: float = 0.0,
-        sgd=None,
-        losses: Optional[Dict[str, float]] = None,
-    ) -> Dict[str, float]:
-        """Learn from a batch, as ``TrainablePipe.update``, checking that the
-        loss and the gradients are finite before anything is passed on or
-        written (``on_nonfinite``: raise or skip the batch)."""
-        if losses is None:
-            losses = {}
-        losses.setdefault(self.name, 0.0)
-        examples = list(examples)
-        validate_examples(examples, "CRFTagger.update")
-        if not any(len(eg.predicted) for eg in examples):
-            return losses
-        set_dropout_rate(self.model, drop)
-        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
-        loss, d_scores = self.get_loss(examples, scores)
-        problem = checks.nonfinite_in_loss(loss, d_scores)
-        if problem:
-            self._nonfinite(problem, examples)
-            return losses
-        backprop(d_scores)
-        problem = checks.nonfinite_grads(self.model)
-        if problem:
-            checks.zero_grads(self.model)  # the gradients accumulated since the last step go too
-            self._grads_in = False
-            self._nonfinite(problem, examples)
-            return losses
-        self._grads_in = True
-        if sgd not in (None, False):
-            self.finish_update(sgd)
-        losses[self.name] += loss
-        return losses
-
-    def finish_update(self, sgd) -> None:
-        """Apply the optimizer, unless every batch since the last step was
-        skipped (``on_nonfinite = "skip"``): ``Language.update`` and spaCy's
-        training loop call this after the batch, and an optimizer step on
-        zero gradients would still move the weights (Adam's momentum)."""
-        skipped_only = self._skipped and not self._grads_in
-        self._skipped = self._grads_in = False
-        if skipped_only:
-            checks.zero_grads(self.model)
-            return
-        super().finish_update(sgd)
-
-    def _nonfinite(self, problem: str, examples: List[Example]) -> None:
-        first = examples[0].predicted
-        n = len(examples)
-        where = f"in a batch of {n} doc{'s' if n != 1 else ''} starting with {quote_text(first, 40)}"
-        if self.cfg.get("on_nonfinite", "raise") == "skip":
-            self._skipped = True
-            warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "
-                          "the weights are unchanged.")
-            return
-        raise checks.NonFiniteError(
-            f"[{self.name}] {problem} {where}. Nothing was written to the weights. Usual causes: a too "
-            "large learning rate or CRF multiplier, no grad_clip, NaN features from an upstream "
-            "encoder, or NaN weights. Set on_nonfinite = \"skip\" to skip such batches with a warning."
         )
 
     def _gold_tag_ids(self, eg: Example) -> numpy.ndarray:

@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy
-from thinc.api import Model, set_dropout_rate
+from thinc.api import Model
 from thinc.types import Floats2d
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
@@ -35,11 +35,10 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import registry
 from spacy.vocab import Vocab
 
-from . import checks
+from .guarded import GuardedUpdate, check_on_nonfinite
 from . import span as span_model
 from .forced import preset_entity_tokens
 from .span import NEGATIVE, POSITIVE, UNKNOWN, Prediction
-from .util import quote_text
 
 DEFAULT_SPAN_KEY = "sc"
 
@@ -62,7 +61,7 @@ def make_span_scorer() -> Callable:
     return score_span_ner
 
 
-class SpanNER(TrainablePipe):
+class SpanNER(GuardedUpdate, TrainablePipe):
     """Entities, nested ones included, from a span-scoring (pointer) head."""
 
     def __init__(
@@ -76,7 +75,9 @@ class SpanNER(TrainablePipe):
         threshold: float = 0.0,
         labels: Sequence[str] = (),
         scorer: Optional[Callable] = score_span_ner,
+        on_nonfinite: str = "raise",
     ) -> None:
+        check_on_nonfinite(name, on_nonfinite)
         if max_length < 0:
             raise ValueError(f"[{name}] max_length must be >= 0 (0: no limit), not {max_length}.")
         self.vocab = vocab
@@ -84,7 +85,7 @@ class SpanNER(TrainablePipe):
         self.name = name
         self.scorer = scorer
         self.cfg = {"labels": list(labels), "spans_key": spans_key, "max_length": int(max_length),
-                    "threshold": float(threshold)}
+                    "threshold": float(threshold), "on_nonfinite": on_nonfinite}
 
     @property
     def labels(self) -> tuple:
@@ -141,32 +142,6 @@ class SpanNER(TrainablePipe):
                              "weights). Call nlp.initialize() or load a trained pipeline first.")
 
     # --- training -------------------------------------------------------------
-
-    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None,
-               losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
-        """``TrainablePipe.update``; a batch of empty docs changes nothing, and a
-        NaN or infinite loss or gradient raises a ``NonFiniteError`` before
-        anything is passed on or written."""
-        if losses is None:
-            losses = {}
-        losses.setdefault(self.name, 0.0)
-        examples = list(examples)
-        validate_examples(examples, "SpanNER.update")
-        if not any(len(eg.predicted) for eg in examples):
-            return losses
-        set_dropout_rate(self.model, drop)
-        projections, backprop = self.model.begin_update([eg.predicted for eg in examples])
-        loss, d_projections = self.get_loss(examples, projections)
-        problem = checks.nonfinite_in_loss(loss, d_projections)
-        if problem:
-            raise checks.NonFiniteError(
-                f"[{self.name}] {problem} in a batch of {len(examples)} docs starting with "
-                f"{quote_text(examples[0].predicted, 40)}. Nothing was written to the weights.")
-        backprop(d_projections)
-        if sgd not in (None, False):
-            self.finish_update(sgd)
-        losses[self.name] += loss
-        return losses
 
     def get_loss(self, examples: Iterable[Example], projections: List[Floats2d]):
         """Multilabel categorical cross-entropy over the span cells, summed over docs and labels."""

@@ -157,6 +157,30 @@ def test_a_nonfinite_loss_raises_before_the_weights_change():
     assert nlp.get_pipe("span_ner").model.to_bytes() == before
 
 
+def test_on_nonfinite_skip_skips_the_batch_then_trains_on():
+    nlp = span_nlp(on_nonfinite="skip")
+    pipe = nlp.get_pipe("span_ner")
+    assert pipe.cfg["on_nonfinite"] == "skip"
+    examples = nested_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = grouped_adam(0.01)
+    layer = pipe.model.get_ref("span_projection")
+    W = layer.get_param("span_start_W").copy()
+    broken = W.copy()
+    broken[0, 0] = float("inf")
+    layer.set_param("span_start_W", broken)
+    before = pipe.model.to_bytes()
+    with pytest.warns(UserWarning, match=r"\[span_ner\] .*'我在北京大学工作'.*batch skipped"):
+        losses = nlp.update(examples, sgd=optimizer)
+    assert losses["span_ner"] == 0.0
+    assert pipe.model.to_bytes() == before  # no optimizer step, not even Adam's momentum
+    layer.set_param("span_start_W", W)
+    losses = nlp.update(examples, sgd=optimizer)
+    assert numpy.isfinite(losses["span_ner"]) and losses["span_ner"] > 0
+    with pytest.raises(ValueError, match="on_nonfinite must be one of"):
+        span_nlp(on_nonfinite="ignore")
+
+
 def test_factory_settings_and_errors():
     nlp = spacy.blank("zh")
     nlp.add_pipe("span_ner")

@@ -1,0 +1,97 @@
+"""``update`` with a guard against NaN and infinity, shared by the trainable pipes.
+
+A pipe mixes in :class:`GuardedUpdate` before ``TrainablePipe``; its
+``get_loss(examples, outputs)`` returns ``(loss, d_outputs)`` and its
+``cfg["on_nonfinite"]`` says what happens when the loss, ``d_outputs`` or a
+gradient is not finite: ``"raise"`` a :class:`~spacy_crf.checks.NonFiniteError`
+naming the component and the batch, or ``"skip"`` the batch with a warning.
+Either way nothing reaches the weights: the check runs before the
+backward pass is passed upstream (a shared encoder would otherwise receive
+the NaN) and before the optimizer step.
+"""
+import warnings
+from typing import Dict, Iterable, List, Optional
+
+from thinc.api import set_dropout_rate
+from spacy.training import Example, validate_examples
+
+from . import checks
+from .util import quote_text
+
+#: values of the ``on_nonfinite`` setting
+ON_NONFINITE = ("raise", "skip")
+
+
+def check_on_nonfinite(name: str, value: str) -> str:
+    if value not in ON_NONFINITE:
+        raise ValueError(f"[{name}] on_nonfinite must be one of {ON_NONFINITE}, not {value!r}.")
+    return value
+
+
+class GuardedUpdate:
+    """``update`` / ``finish_update`` of ``TrainablePipe`` with the non-finite guard."""
+
+    #: appended to the error: what usually causes a non-finite loss in this pipe
+    nonfinite_causes = "a too large learning rate, no grad_clip, NaN features from an upstream encoder, or NaN weights"
+    # since the last optimizer step: whether a batch's gradients went in,
+    # whether a batch was skipped (on_nonfinite = "skip")
+    _grads_in = False
+    _skipped = False
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None,
+               losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+        """Learn from a batch, as ``TrainablePipe.update``, checking that the
+        loss and the gradients are finite before anything is passed on or
+        written (``on_nonfinite``: raise or skip the batch). A batch of empty
+        docs changes nothing."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        examples = list(examples)
+        validate_examples(examples, f"{type(self).__name__}.update")
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        outputs, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_outputs = self.get_loss(examples, outputs)
+        problem = checks.nonfinite_in_loss(loss, d_outputs)
+        if problem:
+            self._nonfinite(problem, examples)
+            return losses
+        backprop(d_outputs)
+        problem = checks.nonfinite_grads(self.model)
+        if problem:
+            checks.zero_grads(self.model)  # the gradients accumulated since the last step go too
+            self._grads_in = False
+            self._nonfinite(problem, examples)
+            return losses
+        self._grads_in = True
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def finish_update(self, sgd) -> None:
+        """Apply the optimizer, unless every batch since the last step was
+        skipped (``on_nonfinite = "skip"``): ``Language.update`` and spaCy's
+        training loop call this after the batch, and an optimizer step on
+        zero gradients would still move the weights (Adam's momentum)."""
+        skipped_only = self._skipped and not self._grads_in
+        self._skipped = self._grads_in = False
+        if skipped_only:
+            checks.zero_grads(self.model)
+            return
+        super().finish_update(sgd)
+
+    def _nonfinite(self, problem: str, examples: List[Example]) -> None:
+        first = examples[0].predicted
+        n = len(examples)
+        where = f"in a batch of {n} doc{'s' if n != 1 else ''} starting with {quote_text(first, 40)}"
+        if self.cfg.get("on_nonfinite", "raise") == "skip":
+            self._skipped = True
+            warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "
+                          "the weights are unchanged.")
+            return
+        raise checks.NonFiniteError(
+            f"[{self.name}] {problem} {where}. Nothing was written to the weights. Usual causes: "
+            f"{self.nonfinite_causes}. Set on_nonfinite = \"skip\" to skip such batches with a warning.")
