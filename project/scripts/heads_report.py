@@ -124,6 +124,39 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
     return "\n".join(lines)
 
 
+def read_curve(run_dir: Path) -> List[tuple]:
+    """(step, dev ents_f) of every evaluation in a run's ``train_log.jsonl``."""
+    path = run_dir / "train_log.jsonl"
+    if not path.exists():
+        return []
+    return [(row["step"], row["scores"]["ents_f"]) for row in srsly.read_jsonl(path)
+            if row.get("scores", {}).get("ents_f") is not None]
+
+
+def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Path) -> None:
+    """Dev entity F against the step, one colour per head, one line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for (head, label), colour in zip(HEADS, ("tab:blue", "tab:orange", "tab:green")):
+        for i, (seed, points) in enumerate(sorted(curves.get(head, {}).items())):
+            if points:
+                steps, f = zip(*points)
+                ax.plot(steps, [100 * v for v in f], color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,
+                        label=label.replace("`", "") if i == 0 else None)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("dev entity F (docs scored while training)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=".")
@@ -146,8 +179,10 @@ def main() -> None:
     if not seed_dirs:
         p.error(f"{root / 'training' / 'heads' / args.corpus}: no seed*/ folders (run the ner-heads workflow first)")
     results: Dict[str, Dict[str, Dict]] = {}
+    curves: Dict[str, Dict[str, List[tuple]]] = {}
     for seed_dir in seed_dirs:
         for head, _ in HEADS:
+            curves.setdefault(head, {})[seed_dir.name] = read_curve(seed_dir / head)
             model = seed_dir / head / "model-best"
             if not model.exists():
                 print(f"skip {seed_dir.name}/{head}: not trained")
@@ -163,6 +198,10 @@ def main() -> None:
     write_json_atomic(metrics / f"ner_heads_{args.corpus}.json", {
         "profile": args.profile, "corpus": args.corpus, "split": entry["eval_split"], "data": entry["eval"],
         "eval_limit": args.eval_limit, "hardware": hardware(), "results": results})
+    plot = metrics / f"ner_heads_{args.corpus}.png"
+    plot_curves(curves, f"{args.corpus}: dev entity F while training, per head and seed ({args.profile})", plot)
+    table += (f"\n\nDev curves (the docs scored while training, one line per seed): "
+              f"[`metrics/{plot.name}`](metrics/{plot.name}).")
     write_text_atomic(metrics / f"ner_heads_{args.corpus}.md", table + "\n")
     print(table)
     if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
