@@ -16,14 +16,12 @@ evaluation split (SXU words, MSRA entities), writes
 seeds found, and the seeds), and with ``--readme`` puts the table between
 the ``<!-- COMPARE -->`` markers of that README.
 """
-import argparse
 from pathlib import Path
-from statistics import mean
-from typing import Dict, List, Optional
+from typing import Dict
 
-import srsly
 from evaluate import evaluate
 from readme_block import replace_block
+from seed_report import cell, parse_report_args
 
 from spacy_crf.util import write_json_atomic, write_text_atomic
 
@@ -38,33 +36,10 @@ CORPUS = {"cws": "sxu", "ner": "msra"}
 KEY = {"cws": "words_f", "ner": "ents_f"}
 
 
-def cell(values: List[Optional[float]]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "–"
-    centre = 100 * mean(values)
-    if len(values) == 1:
-        return f"{centre:.2f}"
-    return f"{centre:.2f} ± {100 * (max(values) - min(values)) / 2:.2f}"
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=".")
-    p.add_argument("--eval-limit", type=int, default=0)
-    p.add_argument("--readme", default="")
-    p.add_argument("--profile", default="default")
-    args = p.parse_args()
-    if args.eval_limit < 0:
-        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
+    args, manifest, seed_dirs = parse_report_args(
+        __doc__, lambda a: Path(a.out) / "training" / "compare", "compare")
     root = Path(args.out)
-    manifest_path = root / "corpus" / "manifest.json"
-    if not manifest_path.is_file():
-        p.error(f"{manifest_path}: no such file (run the corpus step first)")
-    manifest = srsly.read_json(manifest_path)
-    seed_dirs = sorted((root / "training" / "compare").glob("seed*"))
-    if not seed_dirs:
-        p.error(f"{root / 'training' / 'compare'}: no seed*/ folders (run the compare workflow first)")
     results: Dict[str, Dict[str, Dict[str, Dict]]] = {}
     for seed_dir in seed_dirs:
         for head, _, tasks in HEADS:

@@ -27,10 +27,9 @@ seconds and chars/s per head, and the published BERT-base figures for
 CLUENER) and with ``--readme`` puts the tables between the
 ``<!-- NER_HEADS -->`` markers of that README.
 """
-import argparse
 from pathlib import Path
 from statistics import mean
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import spacy
 import srsly
@@ -39,6 +38,7 @@ from spacy.training import Example
 
 from evaluate import _predict, read_docbin
 from readme_block import replace_block
+from seed_report import cell, parse_report_args
 from spacy_crf.util import hardware, write_json_atomic, write_text_atomic
 
 # (model dir, label)
@@ -73,16 +73,6 @@ def score_model(model: Path, data: Path, limit: int) -> Dict:
     meta_path = model.parent / "train_meta.json"
     train = srsly.read_json(meta_path) if meta_path.exists() else None
     return {"scores": scores, "speed": speed, "train": train, "pipeline": nlp.pipe_names}
-
-
-def cell(values: List[Optional[float]], scale: float = 100.0, digits: int = 2) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "–"
-    centre = scale * mean(values)
-    if len(values) == 1:
-        return f"{centre:,.{digits}f}"
-    return f"{centre:,.{digits}f} ± {scale * (max(values) - min(values)) / 2:,.{digits}f}"
 
 
 def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, Dict]]) -> str:
@@ -158,26 +148,11 @@ def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Pat
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=".")
-    p.add_argument("--corpus", default="cluener")
-    p.add_argument("--eval-limit", type=int, default=0)
-    p.add_argument("--readme", default="")
-    p.add_argument("--profile", default="default")
-    args = p.parse_args()
-    if args.eval_limit < 0:
-        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
+    args, manifest, seed_dirs = parse_report_args(
+        __doc__, lambda a: Path(a.out) / "training" / "heads" / a.corpus, "ner-heads",
+        lambda p: p.add_argument("--corpus", default="cluener"))
     root = Path(args.out)
-    manifest_path = root / "corpus" / "manifest.json"
-    if not manifest_path.is_file():
-        p.error(f"{manifest_path}: no such file (run the corpus step first)")
-    manifest = srsly.read_json(manifest_path)
-    if args.corpus not in manifest:
-        p.error(f"{manifest_path}: no corpus {args.corpus!r} (it has {', '.join(manifest)})")
     entry = manifest[args.corpus]
-    seed_dirs = sorted((root / "training" / "heads" / args.corpus).glob("seed*"))
-    if not seed_dirs:
-        p.error(f"{root / 'training' / 'heads' / args.corpus}: no seed*/ folders (run the ner-heads workflow first)")
     results: Dict[str, Dict[str, Dict]] = {}
     curves: Dict[str, Dict[str, List[tuple]]] = {}
     for seed_dir in seed_dirs:
