@@ -217,29 +217,73 @@ def span_loss(
     return float(loss.detach()), [grad[b, :n] for b, n in enumerate(lengths)]
 
 
+#: the most score cells (labels x rows x columns) computed at once when
+#: predicting: 2**24 float32 cells are 64 MB. A batch under it is scored in
+#: one go; above it (a long doc pads every doc of its batch to its length,
+#: and its table grows with the square of that length) each doc is scored
+#: on its own, in blocks of start tokens.
+MAX_CELLS = 2 ** 24
+
+
 def predict_spans(
     model: Model,
     projections: List[Floats2d],
     max_length: int = 0,
     threshold: float = 0.0,
+    max_cells: int = MAX_CELLS,
 ) -> List[List[Prediction]]:
     """Per doc, every valid cell scoring above ``threshold``, as
-    ``(start, end, label_id, score)`` with ``end`` exclusive, highest score first."""
+    ``(start, end, label_id, score)`` with ``end`` exclusive, highest score
+    first. At most about ``max_cells`` scores are held in memory at once."""
     out: List[List[Prediction]] = [[] for _ in projections]
     lengths = [len(p) for p in projections]
     if not any(lengths):
         return out
     n_labels = model.get_ref("span_projection").get_dim("nO")
+    use_rope = model.attrs["span_rope"]
     with torch.no_grad():
-        scores = span_scores(_pad(projections), n_labels, model.attrs["span_rope"])
-        valid = valid_cells(lengths, scores.shape[-1], max_length, scores.device)[:, None]
-        hits = (valid & (scores > threshold)).nonzero().tolist()
-        values = scores[valid & (scores > threshold)].tolist()  # same (row-major) order as nonzero()
-    for (b, label, i, j), value in zip(hits, values):
-        out[b].append((i, j + 1, label, float(value)))
+        if len(projections) * n_labels * max(lengths) ** 2 <= max_cells:
+            scores = span_scores(_pad(projections), n_labels, use_rope)
+            valid = valid_cells(lengths, scores.shape[-1], max_length, scores.device)[:, None]
+            _collect(scores, valid & (scores > threshold), out, range(len(projections)), 0)
+        else:
+            for b, projection in enumerate(projections):
+                if lengths[b]:
+                    _predict_long(projection, n_labels, use_rope, max_length, threshold, max_cells, out[b])
     for preds in out:
         preds.sort(key=lambda p: (-p[3], p[0], p[1], p[2]))
     return out
+
+
+def _collect(scores: torch.Tensor, hits: torch.Tensor, out: List[List[Prediction]], docs: Sequence[int],
+             first_row: int) -> None:
+    """Append the cells of ``hits`` (bool, like ``scores`` [B, L, R, T]) to ``out[docs[b]]``;
+    rows are start tokens counted from ``first_row``."""
+    values = scores[hits].tolist()  # same (row-major) order as nonzero()
+    for (b, label, i, j), value in zip(hits.nonzero().tolist(), values):
+        out[docs[b]].append((first_row + i, j + 1, label, float(value)))
+
+
+def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_length: int, threshold: float,
+                  max_cells: int, out: List[Prediction]) -> None:
+    """One doc, scored in blocks of start tokens: RoPE needs the absolute
+    positions, so the start and end vectors are rotated once for the whole
+    doc; each block's table is ``[L, rows, n]``."""
+    X = _pad([projection])
+    n = X.shape[1]
+    q, k = X.reshape(1, n, 2, n_labels, -1).unbind(dim=2)  # [1, n, L, d]
+    if use_rope:
+        q, k = rope(q), rope(k)
+    scale = math.sqrt(q.shape[-1])
+    rows = max(1, max_cells // (n_labels * n))
+    j = torch.arange(n, device=X.device)
+    for start in range(0, n, rows):
+        i = torch.arange(start, min(n, start + rows), device=X.device)
+        scores = torch.einsum("ild,jld->lij", q[0, i], k[0]) / scale  # [L, R, n]
+        valid = i[:, None] <= j[None, :]
+        if max_length > 0:
+            valid = valid & (j[None, :] - i[:, None] < max_length)
+        _collect(scores[None], (valid[None] & (scores > threshold))[None], [out], [0], start)
 
 
 def all_scores(model: Model, projections: List[Floats2d]) -> List[numpy.ndarray]:

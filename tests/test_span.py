@@ -142,6 +142,20 @@ def test_predict_spans_thresholds_and_orders_best_first():
     assert span.predict_spans(model, projections, threshold=1e9) == [[], [], []]
 
 
+@pytest.mark.parametrize("rope", [True, False])
+@pytest.mark.parametrize("max_length", [0, 3])
+def test_a_long_doc_is_scored_in_blocks_with_the_same_predictions(rope, max_length):
+    # a cell budget far below the batch's table: every doc alone, 1-2 start rows a block
+    projections, _ = random_case([9, 0, 2, 7], seed=5)
+    model = head(rope=rope)
+    whole = span.predict_spans(model, projections, max_length=max_length, threshold=-0.2)
+    blocks = span.predict_spans(model, projections, max_length=max_length, threshold=-0.2, max_cells=30)
+    assert [len(p) for p in whole] == [len(p) for p in blocks] and sum(map(len, whole)) > 20
+    for a, b in zip(whole, blocks):
+        assert [p[:3] for p in a] == [p[:3] for p in b]
+        numpy.testing.assert_allclose([p[3] for p in a], [p[3] for p in b], rtol=1e-5, atol=1e-6)
+
+
 def test_projection_layer_backprop_and_parameter_names():
     rng = numpy.random.RandomState(4)
     model = span.SpanProjection(nO=2, width=3)
