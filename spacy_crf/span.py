@@ -245,7 +245,7 @@ def predict_spans(
         if len(projections) * n_labels * max(lengths) ** 2 <= max_cells:
             scores = span_scores(_pad(projections), n_labels, use_rope)
             valid = valid_cells(lengths, scores.shape[-1], max_length, scores.device)[:, None]
-            _collect(scores, valid & (scores > threshold), out, range(len(projections)), 0)
+            _collect(scores, valid & (scores > threshold), out, range(len(projections)))
         else:
             for b, projection in enumerate(projections):
                 if lengths[b]:
@@ -256,34 +256,40 @@ def predict_spans(
 
 
 def _collect(scores: torch.Tensor, hits: torch.Tensor, out: List[List[Prediction]], docs: Sequence[int],
-             first_row: int) -> None:
-    """Append the cells of ``hits`` (bool, like ``scores`` [B, L, R, T]) to ``out[docs[b]]``;
-    rows are start tokens counted from ``first_row``."""
+             first_row: int = 0, first_col: int = 0) -> None:
+    """Append the cells of ``hits`` (bool, like ``scores`` [B, L, R, C]) to ``out[docs[b]]``;
+    rows are start tokens counted from ``first_row``, columns end tokens from ``first_col``."""
     values = scores[hits].tolist()  # same (row-major) order as nonzero()
     for (b, label, i, j), value in zip(hits.nonzero().tolist(), values):
-        out[docs[b]].append((first_row + i, j + 1, label, float(value)))
+        out[docs[b]].append((first_row + i, first_col + j + 1, label, float(value)))
 
 
 def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_length: int, threshold: float,
                   max_cells: int, out: List[Prediction]) -> None:
     """One doc, scored in blocks of start tokens: RoPE needs the absolute
     positions, so the start and end vectors are rotated once for the whole
-    doc; each block's table is ``[L, rows, n]``."""
+    doc; each block's table is ``[L, rows, columns]``, the columns being
+    the end tokens a span of at most ``max_length`` tokens can reach."""
     X = _pad([projection])
     n = X.shape[1]
     q, k = X.reshape(1, n, 2, n_labels, -1).unbind(dim=2)  # [1, n, L, d]
     if use_rope:
         q, k = rope(q), rope(k)
     scale = math.sqrt(q.shape[-1])
-    rows = max(1, max_cells // (n_labels * n))
-    j = torch.arange(n, device=X.device)
+    if max_length <= 0:
+        rows = max(1, max_cells // (n_labels * n))  # a block: [L, rows, n]
+    else:  # a block: [L, rows, rows - 1 + max_length]; the largest rows that fits
+        rows = max(1, int((math.sqrt(max_length ** 2 + 4 * max_cells / n_labels) - max_length) / 2))
     for start in range(0, n, rows):
-        i = torch.arange(start, min(n, start + rows), device=X.device)
-        scores = torch.einsum("ild,jld->lij", q[0, i], k[0]) / scale  # [L, R, n]
+        stop = min(n, start + rows)
+        end = n if max_length <= 0 else min(n, stop - 1 + max_length)
+        i = torch.arange(start, stop, device=X.device)
+        j = torch.arange(start, end, device=X.device)
+        scores = torch.einsum("ild,jld->lij", q[0, start:stop], k[0, start:end]) / scale  # [L, R, C]
         valid = i[:, None] <= j[None, :]
         if max_length > 0:
             valid = valid & (j[None, :] - i[:, None] < max_length)
-        _collect(scores[None], (valid[None] & (scores > threshold))[None], [out], [0], start)
+        _collect(scores[None], (valid[None] & (scores > threshold))[None], [out], [0], start, start)
 
 
 def all_scores(model: Model, projections: List[Floats2d]) -> List[numpy.ndarray]:
