@@ -49,10 +49,10 @@ def test_dev_curves_are_read_from_the_train_logs_and_plotted(tmp_path):
     run = tmp_path / "seed0" / "crf"
     run.mkdir(parents=True)
     srsly.write_jsonl(run / "train_log.jsonl", [
-        {"step": 0, "scores": {"ents_f": 0.0}}, {"step": 50, "scores": {"ents_f": 0.4}},
-        {"step": 100, "scores": {"ents_f": 0.55}}])
+        {"step": 0, "scores": {"ents_f": 0.0}}, {"step": 50, "scores": {"ents_f": 40.0}},
+        {"step": 100, "scores": {"ents_f": 55.0}}])
     curve = read_curve(run)
-    assert curve == [(0, 0.0), (50, 0.4), (100, 0.55)]
+    assert curve == [(0, 0.0), (50, 40.0), (100, 55.0)]
     assert read_curve(tmp_path / "seed0" / "span") == []  # not trained: no line
     plot_curves({"crf": {"seed0": curve}, "span": {"seed0": []}}, "test", tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

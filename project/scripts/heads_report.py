@@ -115,7 +115,8 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
 
 
 def read_curve(run_dir: Path) -> List[tuple]:
-    """(step, dev ents_f) of every evaluation in a run's ``train_log.jsonl``."""
+    """(step, dev ents_f) of every evaluation in a run's ``train_log.jsonl``
+    (spaCy's console logger writes the scores in percent)."""
     path = run_dir / "train_log.jsonl"
     if not path.exists():
         return []
@@ -135,7 +136,7 @@ def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Pat
         for i, (seed, points) in enumerate(sorted(curves.get(head, {}).items())):
             if points:
                 steps, f = zip(*points)
-                ax.plot(steps, [100 * v for v in f], color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,
+                ax.plot(steps, f, color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,
                         label=label.replace("`", "") if i == 0 else None)
     ax.set_xlabel("training step")
     ax.set_ylabel("dev entity F (docs scored while training)")
