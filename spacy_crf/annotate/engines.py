@@ -28,6 +28,10 @@ from .io import dumps, read_rows
 from .records import add_confidence, annotations, words_key
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
+#: Ray engine: shards read at once = workers // WORKERS_PER_READER (at least 1).
+#: Reading a shard is short against annotating it (a JSONL shard parses at
+#: tens of MB/s, an actor annotates some 20 KB/s of text).
+WORKERS_PER_READER = 16
 
 
 def set_threads(threads: Optional[int]) -> None:
@@ -209,11 +213,13 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
             pipeline = os.path.abspath(pipeline)
         items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        # One read task at a time, in shard order: with every shard read at once
+        # Few read tasks at a time, in shard order: with every shard read at once
         # (num_cpus=0 allows it) the pool got the chunks of all shards
         # interleaved, and preserve_order held every record back until the
         # first shard was complete (first record after 72 s on 32 shards).
-        ds = ds.map_batches(_read_shard_chunks, batch_size=1, batch_format="pyarrow", num_cpus=0, concurrency=1,
+        # One reader per WORKERS_PER_READER actors keeps a large pool fed.
+        ds = ds.map_batches(_read_shard_chunks, batch_size=1, batch_format="pyarrow", num_cpus=0,
+                            concurrency=max(1, workers // WORKERS_PER_READER),
                             fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": batch_size})
         ds = ds.map_batches(
             RayAnnotator,
