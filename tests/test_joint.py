@@ -54,6 +54,23 @@ def test_balanced_stream_alternates_and_marks_ner_docs(tmp_path):
     assert [eg.reference.text for eg in dev] == ["".join(w) for w in WORDS] + [t for t, _ in ENTS]
 
 
+def test_ents_share_weights_the_stream_towards_ner(tmp_path):
+    words_path, ents_path = write_corpora(tmp_path)
+    nlp = spacy.blank("zh")
+    examples = list(JointCorpus(words_path, ents_path, ents_share=0.75)(nlp))
+    kinds = "".join("E" if eg.reference.user_data.get(NO_GOLD_WORDS) else "W" for eg in examples)
+    assert kinds == "WEEE" * 3  # 3 of every 4 docs are NER; both sides seen whole
+    assert [eg.reference.text for eg in examples if kinds[examples.index(eg)] == "W"] == \
+        ["".join(w) for w in WORDS]
+    ner = [eg.reference.text for eg in examples[1:4] + examples[5:8] + examples[9:12]]
+    assert ner == [t for t, _ in ENTS] + [t for t, _ in ENTS][:4]  # cycled
+    default = list(JointCorpus(words_path, ents_path)(nlp))
+    assert "".join("E" if eg.reference.user_data.get(NO_GOLD_WORDS) else "W" for eg in default) == "WE" * 5
+    for bad in (0.0, 1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="ents_share"):
+            JointCorpus(words_path, ents_path, ents_share=bad)
+
+
 def test_an_empty_side_is_an_error_naming_the_file(tmp_path):
     words_path, ents_path = write_corpora(tmp_path, ents=[])
     with pytest.raises(ValueError, match="ents corpus .*ents.spacy has no docs"):

@@ -90,6 +90,7 @@ def run(
     dev_limit: int = typer.Option(1000, help="dev docs of each task scored at every evaluation (0: all)"),
     batch_size: int = typer.Option(1000, help="characters per batch"),
     crf_lr_multiplier: float = typer.Option(100.0),
+    ents_share: float = typer.Option(0.5, help="share of NER docs in the joint stream (task balance)"),
     seed: int = typer.Option(0),
     gpu_id: int = typer.Option(-1),
 ) -> None:
@@ -102,7 +103,7 @@ def run(
         settings = {"depth": depth, "steps": step_of[depth], "learn_rate": lr_of[depth],
                     "warmup_steps": max(1, int(warmup_ratio * step_of[depth])), "eval_frequency": eval_frequency,
                     "dev_limit": dev_limit, "batch_size": batch_size, "crf_lr_multiplier": crf_lr_multiplier,
-                    "seed": seed}
+                    "ents_share": ents_share, "seed": seed}
         settings_path = output / "curve_settings.json"
         if (output / "model-last").exists() and settings_path.exists() and srsly.read_json(settings_path) == settings:
             msg.info(f"{output}: already trained with these settings, skipped")
@@ -120,7 +121,8 @@ def run(
                "--training.eval_frequency", str(eval_frequency), "--training.batcher.size", str(batch_size),
                "--training.optimizer.learn_rate.initial_rate", str(lr_of[depth]),
                "--training.optimizer.learn_rate.warmup_steps", str(settings["warmup_steps"]),
-               "--training.optimizer.crf_lr_multiplier", str(crf_lr_multiplier), "--system.seed", str(seed)]
+               "--training.optimizer.crf_lr_multiplier", str(crf_lr_multiplier),
+               "--corpora.train.ents_share", str(ents_share), "--system.seed", str(seed)]
         msg.divider(f"depth {depth}: {step_of[depth]} steps, peak lr {lr_of[depth]:g}")
         subprocess.run(cmd, check=True)
         write_json_atomic(settings_path, settings)

@@ -1,5 +1,6 @@
 """Registered training readers: ``spacy_crf.CharCorpus.v1`` and
 ``spacy_crf.JointCorpus.v1`` over the ``.spacy`` files of :func:`convert_corpus`."""
+import math
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -78,17 +79,24 @@ class JointCorpus:
     tokens are not words, so the segmenter's gold is unknown and word scores
     skip them).
 
-    With ``balance`` (training), each pass yields as many examples of each
-    task as the larger side has, cycling through the smaller one, so that
-    both tasks get the same number of docs per step whatever the corpus sizes.
+    With ``balance`` (training), the stream interleaves the two tasks so that
+    a share ``ents_share`` of its docs are NER docs (0.5: alternately one of
+    each), cycling through the side that runs out first; a pass ends when
+    both sides have been seen whole. MSRA is four times the size of SXU:
+    ``ents_share`` above 0.5 gives NER more of each step.
     Without it (dev), every doc is yielded once.
     """
 
     def __init__(self, words_path: PathLike, ents_path: PathLike, *, max_length: int = 0,
-                 limit: int = 0, balance: bool = True) -> None:
+                 limit: int = 0, balance: bool = True, ents_share: float = 0.5) -> None:
+        check_number("ents_share", ents_share, minimum=0.0, hint="the share of NER docs in the stream")
+        if not 0.0 < ents_share < 1.0:
+            raise ValueError(f"spacy_crf.JointCorpus.v1: ents_share must be between 0 and 1 (exclusive), "
+                             f"got {ents_share}: each task needs some of the stream.")
         self.words = CharCorpus(words_path, max_length=max_length, limit=limit)
         self.ents = CharCorpus(ents_path, max_length=max_length, limit=limit)
         self.balance = balance
+        self.ents_share = float(ents_share)
 
     def __call__(self, nlp: Language) -> Iterator[Example]:
         words = list(self.words(nlp))
@@ -103,15 +111,23 @@ class JointCorpus:
             yield from words
             yield from ents
             return
-        for i in range(max(len(words), len(ents))):
+        share = self.ents_share
+        total = max(math.ceil(len(words) / (1 - share)), math.ceil(len(ents) / share))
+        counts = {"words": 0, "ents": 0}
+        for t in range(total):
+            # NER at the steps where floor(t * share) goes up: exact shares, evenly spread
+            side, examples = (("ents", ents) if math.floor((t + 1) * share + 1e-9) > math.floor(t * share + 1e-9)
+                              else ("words", words))
+            i = counts[side]
+            counts[side] += 1
             # a repeated example is a copy: training writes into predicted docs
-            yield words[i] if i < len(words) else words[i % len(words)].copy()
-            yield ents[i] if i < len(ents) else ents[i % len(ents)].copy()
+            yield examples[i] if i < len(examples) else examples[i % len(examples)].copy()
 
 
 @spacy.registry.readers("spacy_crf.JointCorpus.v1")
 def create_joint_corpus_reader(
-    words: Optional[Path], ents: Optional[Path], max_length: int = 0, limit: int = 0, balance: bool = True
+    words: Optional[Path], ents: Optional[Path], max_length: int = 0, limit: int = 0, balance: bool = True,
+    ents_share: float = 0.5,
 ) -> Callable[[Language], Iterable[Example]]:
     """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)
     for joint training of a segmenter and an NER tagger (see :class:`JointCorpus`).
@@ -120,8 +136,10 @@ def create_joint_corpus_reader(
     ents: docs with gold entities on character tokens (e.g. MSRA).
     max_length: split reference docs longer than this many characters (0: no limit).
     limit: read at most this many docs from each file (0: all).
-    balance: cycle the smaller corpus so that both give as many examples (training).
+    balance: interleave the tasks, cycling the side that runs out first (training).
+    ents_share: with balance, the share of NER docs in the stream (0.5: as
+        many of each).
     """
     if words is None or ents is None:
         raise ValueError("spacy_crf.JointCorpus.v1 needs both a words path and an ents path")
-    return JointCorpus(words, ents, max_length=max_length, limit=limit, balance=balance)
+    return JointCorpus(words, ents, max_length=max_length, limit=limit, balance=balance, ents_share=ents_share)
