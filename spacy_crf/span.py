@@ -141,13 +141,20 @@ def rope(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).reshape(B, T, L, d)
 
 
+def start_end_vectors(projections: torch.Tensor, n_labels: int, use_rope: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[B, T, 2 * L * d] projections -> start and end vectors [B, T, L, d],
+    rotated by their absolute positions with ``use_rope``."""
+    B, T, _ = projections.shape
+    q, k = projections.reshape(B, T, 2, n_labels, -1).unbind(dim=2)
+    if use_rope:
+        q, k = rope(q), rope(k)
+    return q, k
+
+
 def span_scores(projections: torch.Tensor, n_labels: int, use_rope: bool) -> torch.Tensor:
     """[B, T, 2 * L * d] projections -> scores [B, L, T, T] (``[b, l, i, j]``:
     span from token i to token j, both included, label l)."""
-    B, T, _ = projections.shape
-    q, k = projections.reshape(B, T, 2, n_labels, -1).unbind(dim=2)  # [B, T, L, d] each
-    if use_rope:
-        q, k = rope(q), rope(k)
+    q, k = start_end_vectors(projections, n_labels, use_rope)
     return torch.einsum("bild,bjld->blij", q, k) / math.sqrt(q.shape[-1])
 
 
@@ -272,9 +279,7 @@ def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_lengt
     the end tokens a span of at most ``max_length`` tokens can reach."""
     X = _pad([projection])
     n = X.shape[1]
-    q, k = X.reshape(1, n, 2, n_labels, -1).unbind(dim=2)  # [1, n, L, d]
-    if use_rope:
-        q, k = rope(q), rope(k)
+    q, k = start_end_vectors(X, n_labels, use_rope)  # [1, n, L, d]
     scale = math.sqrt(q.shape[-1])
     if max_length <= 0:
         rows = max(1, max_cells // (n_labels * n))  # a block: [L, rows, n]
