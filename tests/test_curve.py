@@ -41,10 +41,11 @@ def test_the_timed_logger_writes_wall_and_cpu_seconds_beside_the_console_log(tmp
     assert times_path(log_file).name == "train_log.times.jsonl"
 
 
-def _fake_run(root, depth, lr, points):
-    run = root / "training" / "curve" / f"{depth}L"
+def _fake_run(root, depth, lr, points, tag="", ents_share=0.5):
+    run = root / "training" / "curve" / (f"{depth}L-{tag}" if tag else f"{depth}L")
     run.mkdir(parents=True)
-    srsly.write_json(run / "curve_settings.json", {"depth": depth, "learn_rate": lr, "dev_limit": 1000})
+    srsly.write_json(run / "curve_settings.json", {"depth": depth, "learn_rate": lr, "dev_limit": 1000,
+                                                   "ents_share": ents_share, "tag": tag})
     srsly.write_jsonl(run / "train_log.jsonl", [{"step": s, "scores": {"words_f": w, "ents_f": e}}
                                                for s, _, w, e in points])
     srsly.write_jsonl(run / "train_log.times.jsonl", [{"step": s, "seconds": c / 2, "cpu_seconds": c, "threads": 2}
@@ -54,18 +55,68 @@ def _fake_run(root, depth, lr, points):
 def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
     _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0), (200, 600, 90.5, 60.25), (400, 1200, 93.0, 75.0)])
     _fake_run(tmp_path, 12, 1e-4, [(0, 2, 0.0, 0.0), (200, 2400, 94.0, 80.0)])
+    _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0), (200, 600, 91.0, 62.0)], tag="ents70", ents_share=0.7)
     readme = tmp_path / "README.md"
     readme.write_text("x\n<!-- CURVE -->\nold\n<!-- /CURVE -->\n", encoding="utf8")
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path), "--readme", str(readme)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
-    assert "| 3 | 0.0003 | 200 | 5.0 | 10.0 | 90.50 | 60.25 |" in text
-    assert "| 12 | 0.0001 | 200 | 20.0 | 40.0 | 94.00 | 80.00 |" in text
-    assert "| 3 | 0.0003 | 0 |" not in text  # the untrained step-0 row is left out
+    assert "| 3L | 3 | 0.0003 | 0.5 | 200 | 5.0 | 10.0 | 90.50 | 60.25 |" in text
+    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 20.0 | 40.0 | 94.00 | 80.00 |" in text
+    assert "| 3L | 3 | 0.0003 | 0.5 | 0 |" not in text  # the untrained step-0 row is left out
+    # the variant sorts beside its depth; too few points for a fit is said, not guessed
+    assert text.index("| 3L |") < text.index("| 3L-ents70 |") < text.index("| 12L |")
+    assert "| 12L | 94.00 (step 200, 40 CPU min) | 80.00 (step 200, 40 CPU min) | – (too few points) |" in text
     assert (tmp_path / "metrics" / "curve.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| 12 | 0.0001 | 200 |" in readme.read_text(encoding="utf8")
+    assert "| 12L | 12 | 0.0001 | 0.5 | 200 |" in readme.read_text(encoding="utf8")
+
+
+def test_fit_budget_extrapolates_a_power_law_and_says_when_a_run_is_flat():
+    # error = 10 * minutes ** -0.5: 5.0 at 4, 2.5 at 16, 1.25 at 64 CPU-minutes
+    points = [{"step": 0, "cpu_seconds": 1, "words_f": 0.0}] + [
+        {"step": 100 * i, "cpu_seconds": m * 60, "words_f": 100 - 10 * m ** -0.5}
+        for i, m in enumerate((1, 4, 9, 16, 25, 36, 49, 64), start=1)]
+    fit = curve.fit_budget(points, "words_f", 99.0)
+    assert fit["slope"] == pytest.approx(-0.5)
+    assert fit["cpu_minutes_to_target"] == pytest.approx(100.0)  # 10 * m ** -0.5 = 1
+    assert fit["gain_per_doubling"] == pytest.approx(1.25 * (1 - 2 ** -0.5))
+    assert curve.fit_budget(points, "words_f", 90.0)["cpu_minutes_to_target"] == 64  # already there
+    flat = [dict(p, words_f=95.0) if p["step"] else p for p in points]
+    assert curve.fit_budget(flat, "words_f", 99.0)["cpu_minutes_to_target"] is None
+    assert curve.fit_budget(points[:3], "words_f", 99.0) is None  # too few late points
 
 
 def test_report_without_runs_says_what_to_run(tmp_path):
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
     assert result.exit_code == 1 and "run the curve workflow first" in result.output
+
+
+def test_plan_runs_adds_the_task_balance_variants_at_their_depths():
+    plans = curve.plan_runs([3, 6, 12], [0.5, 0.7], [3], "")
+    assert [(p["name"], p["ents_share"]) for p in plans] == [
+        ("3L", 0.5), ("6L", 0.5), ("12L", 0.5), ("3L-ents70", 0.7)]
+    assert [p["name"] for p in curve.plan_runs([3], [0.5], [], "mult1000")] == ["3L-mult1000"]
+
+
+def test_run_all_runs_side_by_side_and_records_only_finished_runs(tmp_path):
+    import sys
+
+    ok, bad = tmp_path / "ok", tmp_path / "bad"
+    threads = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
+    pending = [("ok", [sys.executable, "-c", threads], ok / "curve_settings.json", {"steps": 1, "learn_rate": 1e-4,
+                                                                                     "ents_share": 0.5}, ok),
+               ("bad", [sys.executable, "-c", "raise SystemExit(3)"], bad / "curve_settings.json",
+                {"steps": 1, "learn_rate": 1e-4, "ents_share": 0.5}, bad)]
+    with pytest.raises(SystemExit):
+        curve.run_all(pending, jobs=2)
+    assert srsly.read_json(ok / "curve_settings.json")["steps"] == 1
+    assert (ok / "train.log").read_text().strip() == "1"  # one torch thread per run side by side
+    assert not (bad / "curve_settings.json").exists()  # a failed run is not taken as trained
+
+
+def test_run_rejects_bad_shares_and_share_depths(tmp_path):
+    base = ["run", "--depths", "3", "--steps", "3=10", "--learn-rates", "3=1e-4", "--out", str(tmp_path)]
+    result = CliRunner().invoke(curve.app, base + ["--ents-shares", "0.5,1.5"])
+    assert result.exit_code != 0 and "strictly between 0 and 1" in result.output
+    result = CliRunner().invoke(curve.app, base + ["--ents-shares", "0.5,0.7", "--share-depths", "6"])
+    assert result.exit_code != 0 and "not in --depths" in result.output

@@ -17,14 +17,21 @@ Each run gives a whole curve: its evaluations at steps 200, 400, ... are the
 points. (They are taken under a schedule that has not decayed yet, so a
 shorter run of its own would score a little higher at the same step.)
 
-``report`` writes ``ROOT/metrics/curve.json``, ``curve.md`` (a table: depth,
-learning rate, step, wall and CPU minutes, dev word F and entity F) and
-``curve.png`` (dev F against training CPU-minutes, one line per depth, with
-the targets), and with ``--readme`` the table between the ``<!-- CURVE -->``
-markers.
+``run --tag NAME`` trains a variant of the same depths (another
+``--ents-share`` task balance, ``--crf-lr-multiplier``, ...) into
+``<D>L-NAME`` beside the plain runs.
+
+``report`` writes ``ROOT/metrics/curve.json``, ``curve.md`` (a table: run,
+depth, learning rate, MSRA share, step, wall and CPU minutes, dev word F and
+entity F; then each run's best point and a power-law extrapolation of its
+error to the targets) and ``curve.png`` (dev F against training CPU-minutes,
+one line per run, with the targets), and with ``--readme`` the tables
+between the ``<!-- CURVE -->`` markers.
 """
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -79,6 +86,20 @@ def encoders(depths: str = typer.Option("3,6,12"), out: Path = typer.Option(Path
                         "--vocab", "zh", "--dtype", "float32"], check=True)
 
 
+def share_tag(share: float) -> str:
+    """The folder tag of a task-balance variant: 0.7 -> ``ents70``."""
+    return f"ents{round(share * 100)}"
+
+
+def plan_runs(depth_list: List[int], ents_shares: List[float], share_depths: List[int], tag: str) -> List[Dict]:
+    """(depth, MSRA share, folder) of every run: each depth at the first share, then the
+    other shares at ``share_depths`` (a task-balance variant costs a whole run)."""
+    runs = [(d, ents_shares[0], "") for d in depth_list]
+    runs += [(d, share, share_tag(share)) for share in ents_shares[1:] for d in share_depths]
+    return [{"depth": d, "ents_share": share, "tag": "-".join(filter(None, (variant, tag))),
+             "name": "-".join(filter(None, (f"{d}L", variant, tag)))} for d, share, variant in runs]
+
+
 @app.command("run")
 def run(
     depths: str = typer.Option("3,6,12"),
@@ -86,24 +107,52 @@ def run(
     learn_rates: str = typer.Option(..., help="DEPTH=LR pairs: the peak encoder learning rate per depth"),
     out: Path = typer.Option(Path(".")),
     warmup_ratio: float = typer.Option(0.1, help="warmup steps as a share of each run's steps"),
-    eval_frequency: int = typer.Option(200),
+    eval_frequency: str = typer.Option("200", help="steps between evaluations: N, or DEPTH=N pairs"),
     dev_limit: int = typer.Option(1000, help="dev docs of each task scored at every evaluation (0: all)"),
     batch_size: int = typer.Option(1000, help="characters per batch"),
     crf_lr_multiplier: float = typer.Option(100.0),
-    ents_share: float = typer.Option(0.5, help="share of NER docs in the joint stream (task balance)"),
+    ents_shares: str = typer.Option("0.5", help="shares of NER docs in the joint stream (task balance); "
+                                                "the first for every depth, the others at --share-depths"),
+    share_depths: str = typer.Option("3", help="depths that also train at the other --ents-shares"),
+    jobs: int = typer.Option(1, help="runs at a time; with more than 1, each run gets one torch thread"),
     seed: int = typer.Option(0),
     gpu_id: int = typer.Option(-1),
+    tag: str = typer.Option("", help="a variant's name: its runs go to <D>L-<tag> beside the plain <D>L runs"),
 ) -> None:
-    """Train the joint CRF model once per depth (skipping depths already trained so)."""
+    """Train the joint CRF model once per depth and variant (skipping runs already trained so)."""
+    if tag and not tag.replace("_", "").isalnum():
+        raise typer.BadParameter(f"--tag: letters, digits and _ only (it names a folder), got {tag!r}")
+    if jobs < 1:
+        raise typer.BadParameter(f"--jobs: at least 1, got {jobs}")
     depth_list = parse_depths(depths)
     step_of = per_depth(steps, depth_list, "--steps", int)
     lr_of = per_depth(learn_rates, depth_list, "--learn-rates")
-    for depth in depth_list:
-        output = out / "training" / "curve" / f"{depth}L"
+    if "=" in eval_frequency:
+        every = per_depth(eval_frequency, depth_list, "--eval-frequency", int)
+    else:
+        try:
+            every = dict.fromkeys(depth_list, int(eval_frequency))
+        except ValueError:
+            raise typer.BadParameter(f"--eval-frequency: N or DEPTH=N pairs, got {eval_frequency!r}") from None
+    try:
+        shares = [float(x) for x in ents_shares.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--ents-shares: comma-separated shares, got {ents_shares!r}") from None
+    if not shares or any(not 0 < x < 1 for x in shares):
+        raise typer.BadParameter(f"--ents-shares: shares strictly between 0 and 1, got {ents_shares!r}")
+    extra_depths = parse_depths(share_depths) if len(shares) > 1 else []
+    unknown = [d for d in extra_depths if d not in depth_list]
+    if unknown:
+        raise typer.BadParameter(f"--share-depths: {unknown} not in --depths {depths!r}")
+
+    pending = []
+    for plan in plan_runs(depth_list, shares, extra_depths, tag):
+        depth = plan["depth"]
+        output = out / "training" / "curve" / plan["name"]
         settings = {"depth": depth, "steps": step_of[depth], "learn_rate": lr_of[depth],
-                    "warmup_steps": max(1, int(warmup_ratio * step_of[depth])), "eval_frequency": eval_frequency,
+                    "warmup_steps": max(1, int(warmup_ratio * step_of[depth])), "eval_frequency": every[depth],
                     "dev_limit": dev_limit, "batch_size": batch_size, "crf_lr_multiplier": crf_lr_multiplier,
-                    "ents_share": ents_share, "seed": seed}
+                    "ents_share": plan["ents_share"], "seed": seed, "tag": plan["tag"]}
         settings_path = output / "curve_settings.json"
         if (output / "model-last").exists() and settings_path.exists() and srsly.read_json(settings_path) == settings:
             msg.info(f"{output}: already trained with these settings, skipped")
@@ -118,14 +167,58 @@ def run(
                "--paths.dev_words", str(corpus / "sxu" / "dev.spacy"),
                "--paths.dev_ents", str(corpus / "msra" / "dev.spacy"),
                "--corpora.dev.limit", str(dev_limit), "--training.max_steps", str(step_of[depth]),
-               "--training.eval_frequency", str(eval_frequency), "--training.batcher.size", str(batch_size),
+               "--training.eval_frequency", str(every[depth]), "--training.batcher.size", str(batch_size),
                "--training.optimizer.learn_rate.initial_rate", str(lr_of[depth]),
                "--training.optimizer.learn_rate.warmup_steps", str(settings["warmup_steps"]),
                "--training.optimizer.crf_lr_multiplier", str(crf_lr_multiplier),
-               "--corpora.train.ents_share", str(ents_share), "--system.seed", str(seed)]
-        msg.divider(f"depth {depth}: {step_of[depth]} steps, peak lr {lr_of[depth]:g}")
-        subprocess.run(cmd, check=True)
-        write_json_atomic(settings_path, settings)
+               "--corpora.train.ents_share", str(plan["ents_share"]), "--system.seed", str(seed)]
+        pending.append((plan["name"], cmd, settings_path, settings, output))
+    run_all(pending, jobs)
+
+
+def run_all(pending: List, jobs: int) -> None:
+    """Run the trainings ``jobs`` at a time. Side by side, each gets one torch thread:
+    on a small CPU two single-thread runs train faster together than one run with
+    two threads, and the curve's x axis is CPU time, which sharing does not change."""
+    env = dict(os.environ)
+    if jobs > 1:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    running: List = []
+    failed = []
+
+    def reap(block: bool) -> None:
+        for item in list(running):
+            name, proc, settings_path, settings, log = item
+            if block or proc.poll() is not None:
+                proc.wait()
+                running.remove(item)
+                if proc.returncode == 0:
+                    write_json_atomic(settings_path, settings)
+                    msg.good(f"{name}: trained")
+                else:
+                    failed.append(name)
+                    msg.fail(f"{name}: training failed (exit {proc.returncode})"
+                             + (f", log: {log}" if log else ""))
+
+    for name, cmd, settings_path, settings, output in pending:
+        while len(running) >= jobs:
+            reap(block=False)
+            time.sleep(1)
+        msg.divider(f"{name}: {settings['steps']} steps, peak lr {settings['learn_rate']:g}, "
+                    f"MSRA share {settings['ents_share']:g}")
+        log = None
+        if jobs > 1:  # interleaved consoles are unreadable: one log per run
+            output.mkdir(parents=True, exist_ok=True)
+            log = output / "train.log"
+            msg.info(f"{name}: log in {log}")
+            proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        else:
+            proc = subprocess.Popen(cmd, env=env)
+        running.append((name, proc, settings_path, settings, log))
+    while running:
+        reap(block=True)
+    if failed:
+        msg.fail(f"failed runs: {', '.join(failed)}", exits=1)
 
 
 def read_points(run_dir: Path) -> List[Dict]:
@@ -145,7 +238,43 @@ def read_points(run_dir: Path) -> List[Dict]:
     return points
 
 
-def plot(runs: Dict[int, Dict], path: Path, title: str) -> None:
+def run_label(name: str, settings: Dict) -> str:
+    return (f"{name}: {settings['depth']} layers, lr {settings['learn_rate']:g}, "
+            f"MSRA share {settings.get('ents_share', 0.5):g}")
+
+
+def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
+    """Extrapolate a run to a target: a power law of the error against CPU time.
+
+    Learning curves are close to straight in log(100 - F) against log(CPU); the
+    fit uses the later half of the run (by CPU time, at least 3 points), where
+    warmup no longer dominates. Returns the F gained per doubling of CPU at the
+    run's end and the CPU-minutes at which the fitted line reaches ``target``
+    (None where it does not improve). It is an extrapolation: the run's own
+    schedule decays to zero at its end, and a longer run would be a new run.
+    """
+    import numpy
+
+    scored = [p for p in points if p["step"] > 0 and p[key] is not None and p[key] < 100]
+    if not scored:
+        return None
+    late = [p for p in scored if p["cpu_seconds"] >= scored[-1]["cpu_seconds"] / 2]
+    if len(late) < 3:
+        return None
+    x = numpy.log([p["cpu_seconds"] / 60 for p in late])
+    y = numpy.log([100 - p[key] for p in late])
+    slope, intercept = numpy.polyfit(x, y, 1)
+    last = late[-1][key]
+    fit = {"points": len(late), "slope": float(slope),
+           "gain_per_doubling": float((100 - last) * (1 - 2 ** slope)), "cpu_minutes_to_target": None}
+    if last >= target:
+        fit["cpu_minutes_to_target"] = late[-1]["cpu_seconds"] / 60
+    elif slope < 0:
+        fit["cpu_minutes_to_target"] = float(numpy.exp((numpy.log(100 - target) - intercept) / slope))
+    return fit
+
+
+def plot(runs: Dict[str, Dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,59 +282,97 @@ def plot(runs: Dict[int, Dict], path: Path, title: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, name in zip(axes, ("words_f", "ents_f"), ("SXU dev word F", "MSRA dev entity F")):
-        for depth, record in sorted(runs.items()):
+        for run_name, record in runs.items():
             points = [p for p in record["points"] if p[key] is not None and p["step"] > 0]
             if points:
                 ax.plot([p["cpu_seconds"] / 60 for p in points], [p[key] for p in points], marker=".",
-                        label=f"{depth} layers, lr {record['settings']['learn_rate']:g}")
+                        label=run_label(run_name, record["settings"]))
         ax.axhline(TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {TARGETS[key]}")
         ax.set_xlabel("training CPU-minutes (all threads, dev evaluations included)")
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def _cell(value: Optional[float], fmt: str = "{:.2f}") -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def _best_cell(points: List[Dict], key: str) -> str:
+    scored = [p for p in points if p["step"] > 0 and p[key] is not None]
+    if not scored:
+        return "–"
+    best = max(scored, key=lambda p: p[key])
+    return f"{best[key]:.2f} (step {best['step']:,}, {best['cpu_seconds'] / 60:.0f} CPU min)"
+
+
+def _target_cell(points: List[Dict], fit: Optional[Dict], key: str) -> str:
+    if fit is None:
+        return "– (too few points)"
+    if points and max(p[key] or 0 for p in points) >= TARGETS[key]:
+        return "reached"
+    minutes = fit["cpu_minutes_to_target"]
+    reach = "not on this line (flat)" if minutes is None else f"~{minutes:,.0f} CPU min"
+    return f"+{fit['gain_per_doubling']:.2f} F per doubling; {reach}"
+
+
 @app.command("report")
 def report(out: Path = typer.Option(Path(".")), readme: Optional[Path] = typer.Option(None),
            profile: str = typer.Option("default")) -> None:
-    """Table and plot of every depth trained so far."""
-    runs: Dict[int, Dict] = {}
-    for run_dir in sorted((out / "training" / "curve").glob("*L")):
+    """Table and plot of every run trained so far (one per depth, and any tagged variants)."""
+    runs: Dict[str, Dict] = {}
+    found = []
+    for run_dir in (out / "training" / "curve").glob("*L*"):
         settings_path = run_dir / "curve_settings.json"
         points = read_points(run_dir)
         if settings_path.exists() and points:
-            runs[int(run_dir.name[:-1])] = {"settings": srsly.read_json(settings_path), "points": points}
+            found.append((run_dir.name, {"settings": srsly.read_json(settings_path), "points": points}))
+    found.sort(key=lambda item: (item[1]["settings"]["depth"], item[1]["settings"].get("tag", ""), item[0]))
+    runs = dict(found)
     if not runs:
         msg.fail(f"{out / 'training' / 'curve'}: no finished runs (run the curve workflow first)", exits=1)
-    rows = []
-    for depth, record in sorted(runs.items()):
-        s = record["settings"]
-        for p in record["points"]:
+    rows, fits = [], []
+    for name, record in runs.items():
+        s, points = record["settings"], record["points"]
+        for p in points:
             if p["step"] == 0:
                 continue
-            cell = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
-            rows.append(f"| {depth} | {s['learn_rate']:g} | {p['step']:,} | {p['seconds'] / 60:.1f} | "
-                        f"{p['cpu_seconds'] / 60:.1f} | {cell(p['words_f'])} | {cell(p['ents_f'])} |")
+            rows.append(f"| {name} | {s['depth']} | {s['learn_rate']:g} | {s.get('ents_share', 0.5):g} | "
+                        f"{p['step']:,} | {p['seconds'] / 60:.1f} | {p['cpu_seconds'] / 60:.1f} | "
+                        f"{_cell(p['words_f'])} | {_cell(p['ents_f'])} |")
+        record["fits"] = {key: fit_budget(points, key, TARGETS[key]) for key in TARGETS}
+        fits.append(f"| {name} | " + " | ".join(_best_cell(points, key) for key in TARGETS) + " | "
+                    + " | ".join(_target_cell(points, record["fits"][key], key) for key in TARGETS) + " |")
     limits = sorted({r["settings"]["dev_limit"] for r in runs.values()})
     table = "\n".join([
-        f"Profile `{profile}`; the joint CRF model per encoder depth; dev F on the first "
+        f"Profile `{profile}`; the joint CRF model per encoder depth (and variants: `MSRA share` is the "
+        f"share of MSRA docs in the joint stream); dev F on the first "
         f"{', '.join(str(x) for x in limits) if limits != [0] else 'all'} dev docs of each task (0: all), "
         "scored while training; wall and CPU minutes since training started (CPU: every thread of the "
         "training process, dev evaluations included). Written by `spacy project run curve-report`.",
         "",
-        "| layers | peak lr | step | wall min | CPU min | SXU word F | MSRA entity F |",
-        "|---|---|---|---|---|---|---|",
+        "| run | layers | peak lr | MSRA share | step | wall min | CPU min | SXU word F | MSRA entity F |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        f"Against the targets (SXU word F {TARGETS['words_f']}, MSRA entity F {TARGETS['ents_f']}): the best "
+        "point of each run, and a power law of the error (100 - F) against CPU time fitted to the later "
+        "half of the run, extrapolated to the target (F gained per doubling of CPU at the run's end; "
+        "CPU-minutes at which the fitted line reaches the target). An extrapolation, not a measurement.",
+        "",
+        "| run | best SXU word F | best MSRA entity F | SXU word F → target | MSRA entity F → target |",
+        "|---|---|---|---|---|",
+        *fits,
         "",
         "Plot: [`metrics/curve.png`](metrics/curve.png).",
     ])
     metrics = out / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / "curve.json", {"profile": profile, "runs": {str(d): r for d, r in runs.items()}})
+    write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": TARGETS, "runs": runs})
     write_text_atomic(metrics / "curve.md", table + "\n")
     plot(runs, metrics / "curve.png", f"joint CRF model: dev F against training CPU time ({profile})")
     print(table)
