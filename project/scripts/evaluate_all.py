@@ -19,9 +19,9 @@ README between the ``<!-- METRICS -->`` markers.
 import argparse
 from pathlib import Path
 
-import srsly
 from evaluate import evaluate
 from readme_block import replace_block
+from seed_report import add_report_options, read_manifest
 
 from spacy_crf.util import write_json_atomic, write_text_atomic
 
@@ -38,17 +38,10 @@ def pct(x):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--eval-limit", type=int, default=0)
-    p.add_argument("--profile", default="default")
-    p.add_argument("--readme", default="")
+    add_report_options(p)
     p.add_argument("--gpu-id", type=int, default=-1)
     args = p.parse_args()
-    if args.eval_limit < 0:
-        p.error(f"--eval-limit must be >= 0 (0: all docs), got {args.eval_limit}")
-    manifest_path = Path(args.out) / "corpus" / "manifest.json"
-    if not manifest_path.is_file():
-        p.error(f"{manifest_path}: no such file (run the corpus step first)")
+    _, manifest = read_manifest(p, args)
     if args.readme and not Path(args.readme).is_file():
         p.error(f"--readme {args.readme}: no such file")
     if args.gpu_id >= 0:
@@ -56,7 +49,6 @@ def main() -> None:
 
         spacy.require_gpu(args.gpu_id)
     root = Path(args.out)
-    manifest = srsly.read_json(manifest_path)
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     rows = []
