@@ -39,6 +39,7 @@ def test_the_timed_logger_writes_wall_and_cpu_seconds_beside_the_console_log(tmp
     assert rows[1]["cpu_seconds"] >= rows[0]["cpu_seconds"] >= 0 and rows[0]["threads"] >= 1
     assert [r["step"] for r in srsly.read_jsonl(log_file)] == [0, 200]
     assert times_path(log_file).name == "train_log.times.jsonl"
+    assert rows[1]["scores"] == {"ents_f": 50.0}  # percent, as in train_log.jsonl
 
 
 def _fake_run(root, depth, lr, points, tag="", ents_share=0.5):
@@ -66,7 +67,8 @@ def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
     assert "| 3L | 3 | 0.0003 | 0.5 | 0 |" not in text  # the untrained step-0 row is left out
     # the variant sorts beside its depth; too few points for a fit is said, not guessed
     assert text.index("| 3L |") < text.index("| 3L-ents70 |") < text.index("| 12L |")
-    assert "| 12L | 94.00 (step 200, 40 CPU min) | 80.00 (step 200, 40 CPU min) | – (too few points) |" in text
+    assert ("| 12L | 94.00 (step 200, 40 CPU min) | 80.00 (step 200, 40 CPU min) | 200 | – | – (too few points) |"
+            in text)
     assert (tmp_path / "metrics" / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 12L | 12 | 0.0001 | 0.5 | 200 |" in readme.read_text(encoding="utf8")
 
@@ -84,6 +86,17 @@ def test_fit_budget_extrapolates_a_power_law_and_says_when_a_run_is_flat():
     flat = [dict(p, words_f=95.0) if p["step"] else p for p in points]
     assert curve.fit_budget(flat, "words_f", 99.0)["cpu_minutes_to_target"] is None
     assert curve.fit_budget(points[:3], "words_f", 99.0) is None  # too few late points
+
+
+def test_report_reads_the_scores_of_a_run_stopped_before_spacy_wrote_its_log(tmp_path):
+    run = tmp_path / "training" / "curve" / "6L"
+    run.mkdir(parents=True)
+    srsly.write_json(run / "curve_settings.json", {"depth": 6, "learn_rate": 2e-4, "dev_limit": 1000})
+    srsly.write_jsonl(run / "train_log.times.jsonl", [
+        {"step": 0, "seconds": 5, "cpu_seconds": 3.0, "threads": 1, "scores": {"words_f": 1.0, "ents_f": 0.0}},
+        {"step": 200, "seconds": 500, "cpu_seconds": 300.0, "threads": 1, "scores": {"words_f": 91.0, "ents_f": 55.5}}])
+    points = curve.read_points(run)
+    assert [(p["step"], p["words_f"], p["ents_f"]) for p in points] == [(0, 1.0, 0.0), (200, 91.0, 55.5)]
 
 
 def test_report_without_runs_says_what_to_run(tmp_path):
@@ -120,3 +133,40 @@ def test_run_rejects_bad_shares_and_share_depths(tmp_path):
     assert result.exit_code != 0 and "strictly between 0 and 1" in result.output
     result = CliRunner().invoke(curve.app, base + ["--ents-shares", "0.5,0.7", "--share-depths", "6"])
     assert result.exit_code != 0 and "not in --depths" in result.output
+
+
+def test_minutes_to_target_carries_the_fitted_exponent_from_the_full_dev_score():
+    fit = {"slope": -0.5}
+    # error 4 at 100 CPU-minutes; error 2 needs (2/4) ** (1/-0.5) = 4x the CPU
+    assert curve.minutes_to_target(fit, 96.0, 100.0, 98.0) == pytest.approx(400.0)
+    assert curve.minutes_to_target(fit, 98.5, 100.0, 98.0) == 100.0  # already there
+    assert curve.minutes_to_target({"slope": 0.1}, 96.0, 100.0, 98.0) is None  # not improving
+    assert curve.minutes_to_target(None, 96.0, 100.0, 98.0) is None
+
+
+def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_config(tmp_path):
+    points = [(0, 1, 0.0, 0.0)] + [(200 * i, 600 * i, 100 - 8 / i ** 0.5, 100 - 40 / i ** 0.5) for i in range(1, 9)]
+    _fake_run(tmp_path, 3, 3e-4, points)
+    run3 = tmp_path / "training" / "curve" / "3L"
+    srsly.write_json(run3 / "full_dev_cws.json", {"scores": {"words_f": 0.96, "words_oov_recall": 0.8}})
+    srsly.write_json(run3 / "full_dev_ner.json", {"scores": {"ents_f": 0.86}})
+    # a 12-layer run stopped after two evaluations: no curve_settings.json yet
+    stopped = tmp_path / "training" / "curve" / "12L"
+    (stopped / "model-best").mkdir(parents=True)
+    (stopped / "model-best" / "config.cfg").write_text(
+        "[corpora]\n[corpora.dev]\nlimit = 1000\n[corpora.train]\nents_share = 0.5\n"
+        "[training]\nmax_steps = 400\n[training.optimizer]\ncrf_lr_multiplier = 100\n"
+        "[training.optimizer.learn_rate]\ninitial_rate = 0.0001\n", encoding="utf8")
+    srsly.write_jsonl(stopped / "train_log.times.jsonl", [
+        {"step": s, "seconds": c, "cpu_seconds": c, "threads": 1, "scores": {"words_f": w, "ents_f": e}}
+        for s, c, w, e in ((0, 90, 5.0, 0.0), (100, 700, 85.0, 40.0), (200, 1300, 90.0, 60.0))])
+    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
+    assert "`12L` stopped at step 200 of 400" in text
+    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 21.7 | 21.7 | 90.00 | 60.00 |" in text
+    assert "| 3L | 96.00 (OOV 80.0) / 86.00 |" not in text  # the step column comes first
+    assert "| 1,600 | 96.00 (OOV 80.0) / 86.00 | reached |" in text
+    # entities: slope -0.5 from the subset fit; error 14 -> 9 from model-best at 80 CPU-minutes
+    minutes = 80 * (9 / 14) ** (1 / -0.5)
+    assert f"~{minutes:,.0f} CPU min (full dev)" in text

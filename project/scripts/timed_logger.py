@@ -4,7 +4,13 @@ It is ``spacy.ConsoleLogger.v3`` with the same settings, and beside its
 ``output_file`` (``train_log.jsonl``) it writes ``train_log.times.jsonl``,
 one row per evaluation::
 
-    {"step": 400, "seconds": 1210, "cpu_seconds": 2391.4, "threads": 2}
+    {"step": 400, "seconds": 1210, "cpu_seconds": 2391.4, "threads": 2,
+     "score": 0.82, "scores": {"words_f": 93.1, "ents_f": 70.2}}
+
+``score`` is spaCy's weighted score (what picks ``model-best``), ``scores``
+the dev scores of the evaluation in percent, as in
+``train_log.jsonl``; this file is flushed after every row (spaCy's own file
+is written through a buffer), so a run stopped early keeps its points.
 
 ``seconds`` is spaCy's wall time since training started; ``cpu_seconds`` the
 CPU time of the training process since then (``time.process_time``: every
@@ -43,9 +49,12 @@ def timed_console_logger(progress_bar: Optional[str] = None, console_output: boo
         def log(info) -> None:
             log_step(info)
             if info is not None and out is not None:
+                scores = {name: round(100 * float(value), 3) for name, value in info["other_scores"].items()
+                          if isinstance(value, (int, float)) and not name.endswith("_per_type") and name != "speed"}
                 out.write(json.dumps({"step": info["step"], "seconds": info["seconds"],
                                       "cpu_seconds": round(time.process_time() - cpu_start, 1),
-                                      "threads": torch.get_num_threads()}) + "\n")
+                                      "threads": torch.get_num_threads(), "score": float(info["score"]),
+                                      "scores": scores}) + "\n")
                 out.flush()
 
         def close() -> None:
