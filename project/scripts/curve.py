@@ -1,8 +1,9 @@
 """Quality against training CPU time for the shipped joint model, per encoder depth.
 
     python scripts/curve.py encoders --depths 3,6,12 --out ROOT
-    python scripts/curve.py run --depths 3,6,12 --steps 3=4800,6=2400,12=1200 \
-        --learn-rates 3=3e-4,6=2e-4,12=1e-4 --out ROOT [--dev-limit 1000 ...]
+    python scripts/curve.py run --depths 3,6,12 --steps 3=2400,6=1400,12=400 \
+        --learn-rates 3=3e-4,6=2e-4,12=1e-4 --out ROOT [--ents-shares 0.5,0.7 --jobs 2 ...]
+    python scripts/curve.py score --out ROOT
     python scripts/curve.py report --out ROOT [--readme README.md]
 
 ``encoders`` builds the offline encoder cut to each depth
@@ -17,9 +18,11 @@ Each run gives a whole curve: its evaluations at steps 200, 400, ... are the
 points. (They are taken under a schedule that has not decayed yet, so a
 shorter run of its own would score a little higher at the same step.)
 
-``run --tag NAME`` trains a variant of the same depths (another
-``--ents-share`` task balance, ``--crf-lr-multiplier``, ...) into
-``<D>L-NAME`` beside the plain runs.
+``--ents-shares 0.5,0.7`` adds a task-balance variant of each
+``--share-depths`` depth (``<D>L-ents70``); ``--tag NAME`` names any other
+variant (another ``--crf-lr-multiplier``, ...), trained into ``<D>L-NAME``
+beside the plain runs. ``--jobs N`` runs N trainings at a time, one torch
+thread each. ``score`` scores each run's model-best on the whole dev sets.
 
 ``report`` writes ``ROOT/metrics/curve.json``, ``curve.md`` (a table: run,
 depth, learning rate, MSRA share, step, wall and CPU minutes, dev word F and
