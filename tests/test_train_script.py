@@ -1,0 +1,78 @@
+"""project/scripts/train.py: the recipe of a run, and --reuse copying a finished
+run with the same recipe instead of training again."""
+import sys
+
+import pytest
+import srsly
+
+import train
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
+    (tmp_path / "train.spacy").write_bytes(b"corpus v1")
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "config.json").write_text('{"num_hidden_layers": 3}', encoding="utf8")
+    return tmp_path
+
+
+def argv(output, *extra):
+    return ["train.py", "joint.cfg", output, "--encoder", "enc", "--paths.train", "train.spacy",
+            "--training.max_steps", "10", *extra]
+
+
+def run_main(monkeypatch, args):
+    calls = []
+
+    def fake_spacy_train(cmd):
+        calls.append(cmd)
+        out = cmd[cmd.index("--output") + 1]
+        (train.Path(out) / "model-best").mkdir(parents=True)
+
+    monkeypatch.setattr(train, "spacy_train", fake_spacy_train)
+    monkeypatch.setattr(sys, "argv", args)
+    train.main()
+    return calls
+
+
+def test_the_recipe_ignores_the_output_but_not_file_contents(inputs):
+    first = train.recipe("joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy",
+                                                      train.LOG_OPTION, "a/train_log.jsonl"])
+    other_output = train.recipe("joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy",
+                                                             train.LOG_OPTION, "b/train_log.jsonl"])
+    assert first == other_output
+    assert set(first["files"]) == {"joint.cfg", "train.spacy", "enc/config.json"}
+    (inputs / "train.spacy").write_bytes(b"corpus v2")
+    assert train.recipe("joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy"])["files"] != first["files"]
+    deeper = train.recipe("joint.cfg", "enc", -1, "", [])
+    (inputs / "enc" / "config.json").write_text('{"num_hidden_layers": 6}', encoding="utf8")
+    assert train.recipe("joint.cfg", "enc", -1, "", []) != deeper
+    assert train.recipe("joint.cfg", "enc", 0, "", []) != train.recipe("joint.cfg", "enc", -1, "", [])
+
+
+def test_reuse_copies_a_finished_run_with_the_same_recipe(inputs, monkeypatch):
+    assert len(run_main(monkeypatch, argv("shipped"))) == 1
+    (inputs / "shipped" / "model-best" / "weights").write_text("trained", encoding="utf8")
+    calls = run_main(monkeypatch, argv("compare", "--reuse", "shipped"))
+    assert calls == []
+    assert (inputs / "compare" / "model-best" / "weights").read_text(encoding="utf8") == "trained"
+    meta = srsly.read_json(inputs / "compare" / "train_meta.json")
+    assert meta["reused_from"] == "shipped"
+    assert meta["recipe"] == srsly.read_json(inputs / "shipped" / "train_meta.json")["recipe"]
+
+
+@pytest.mark.parametrize("change", ["override", "corpus", "unfinished"])
+def test_reuse_trains_when_anything_in_the_recipe_differs(inputs, monkeypatch, change):
+    run_main(monkeypatch, argv("shipped"))
+    args = argv("compare", "--reuse", "shipped")
+    if change == "override":
+        args[args.index("10")] = "20"
+    elif change == "corpus":
+        (inputs / "train.spacy").write_bytes(b"corpus v2")
+    else:
+        (inputs / "shipped" / "train_meta.json").unlink()  # stopped before the end
+    calls = run_main(monkeypatch, args)
+    assert len(calls) == 1 and "compare" in calls[0]
+    assert "reused_from" not in srsly.read_json(inputs / "compare" / "train_meta.json")
