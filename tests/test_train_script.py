@@ -1,5 +1,6 @@
 """project/scripts/train.py: the recipe of a run, and --reuse copying a finished
 run with the same recipe instead of training again."""
+import subprocess
 import sys
 
 import pytest
@@ -26,7 +27,7 @@ def argv(output, *extra):
 def run_main(monkeypatch, args):
     calls = []
 
-    def fake_spacy_train(cmd):
+    def fake_spacy_train(cmd, env):
         calls.append(cmd)
         out = cmd[cmd.index("--output") + 1]
         (train.Path(out) / "model-best").mkdir(parents=True)
@@ -76,3 +77,26 @@ def test_reuse_trains_when_anything_in_the_recipe_differs(inputs, monkeypatch, c
     calls = run_main(monkeypatch, args)
     assert len(calls) == 1 and "compare" in calls[0]
     assert "reused_from" not in srsly.read_json(inputs / "compare" / "train_meta.json")
+
+
+def test_auto_preloads_jemalloc_unless_told_otherwise(monkeypatch):
+    monkeypatch.setattr(train, "find_jemalloc", lambda: "libjemalloc.so.2")
+    assert train.allocator_env("auto", {"A": "1"}) == {"A": "1", "LD_PRELOAD": "libjemalloc.so.2"}
+    assert train.allocator_env("glibc", {"A": "1"}) == {"A": "1"}
+    # the user's own preload wins under auto, and is kept under jemalloc
+    assert train.allocator_env("auto", {"LD_PRELOAD": "libx.so"}) == {"LD_PRELOAD": "libx.so"}
+    assert train.allocator_env("jemalloc", {"LD_PRELOAD": "libx.so"}) == {"LD_PRELOAD": "libjemalloc.so.2 libx.so"}
+    monkeypatch.setattr(train, "find_jemalloc", lambda: None)
+    assert train.allocator_env("auto", {}) == {}
+    with pytest.raises(ValueError, match="apt-get install libjemalloc2"):
+        train.allocator_env("jemalloc", {})
+    with pytest.raises(ValueError, match="auto, jemalloc, glibc"):
+        train.allocator_env("tcmalloc", {})
+
+
+@pytest.mark.skipif(train.find_jemalloc() is None, reason="no jemalloc on this system")
+def test_the_preloaded_jemalloc_is_the_one_the_child_process_runs():
+    env = train.allocator_env("jemalloc", {})
+    maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"],
+                          env=env, capture_output=True, text=True, check=True).stdout
+    assert "jemalloc" in maps

