@@ -25,7 +25,6 @@ model this command would train: ``compare`` takes the shipped joint model of
 """
 import argparse
 import ctypes.util
-import hashlib
 import os
 import shutil
 import subprocess
@@ -36,17 +35,10 @@ from typing import Any, Dict, List, Optional
 
 import srsly
 
+from fetch_assets import md5
 from spacy_crf.util import hardware, write_json_atomic
 
 LOG_OPTION = "--training.logger.output_file"
-
-
-def file_md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -61,11 +53,11 @@ def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[st
         elif not item.startswith(LOG_OPTION + "="):
             kept.append(item)
     named = [config, code, *kept] if code else [config, *kept]
-    files = {name: file_md5(Path(name)) for name in named if name and Path(name).is_file()}
+    files = {name: md5(Path(name)) for name in named if name and Path(name).is_file()}
     encoder_config = Path(encoder, "config.json")
     if encoder_config.is_file():
         # the layer count of a cut encoder lives here, not in its path
-        files[str(encoder_config)] = file_md5(encoder_config)
+        files[str(encoder_config)] = md5(encoder_config)
     return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code,
             "overrides": kept, "files": files}
 
