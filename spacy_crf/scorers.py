@@ -6,13 +6,14 @@ bakeoff definition). Entities and tags use spaCy's own scorers so that the
 keys (``ents_p/r/f``, ``ents_per_type``, ``tag_acc``) and their maths match
 every other spaCy pipeline.
 """
-from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from spacy.scorer import PRFScore, Scorer, get_ner_prf
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
+from .schemes import BMES_TAGS, tags_to_spans
 from .util import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
 
@@ -77,6 +78,47 @@ def score_words(
     return scores
 
 
+def word_offsets_from_tags(tags: Sequence[str], doc: Doc) -> List[Tuple[int, int]]:
+    """Token ranges ``(start, end)`` of the words encoded by BMES ``tags``
+    (one per token of ``doc``, e.g. a softmax tagger's ``tag_``).
+
+    Greedy, tolerant decoding (:func:`spacy_crf.schemes.tags_to_spans`): a
+    word starts at ``B``/``S`` and after ``E``/``S``, and ends after ``E``/``S``;
+    a whitespace token is a word of its own. Unknown tags count as ``S``."""
+    seq = [None if token.is_space else tag if tag in BMES_TAGS else "S" for tag, token in zip(tags, doc)]
+    words = [(start, end) for start, end, _ in tags_to_spans("bmes", seq)]
+    words.extend((token.i, token.i + 1) for token in doc[: len(seq)] if token.is_space)
+    return sorted(words)
+
+
+def tagged_words(doc: Doc) -> Set[Tuple[int, int]]:
+    """Character offsets of the words the tokens' BMES ``tag_`` encode
+    (whitespace is never a word)."""
+    return {(doc[s].idx, doc[e - 1].idx + len(doc[e - 1]))
+            for s, e in word_offsets_from_tags([t.tag_ for t in doc], doc) if not doc[s].is_space}
+
+
+def score_bmes_tag_words(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+    """For a character tagger on BMES tags (spaCy's ``tagger``, the softmax
+    segmentation baseline): spaCy's ``tag_acc``, and word P/R/F (``words_p/r/f``)
+    of the words its tags encode, so that it is scored, and its ``model-best``
+    picked, like the CRF segmenter. Gold words come from the reference's BMES
+    tags, or from its tokens where it has no tags (word-tokenized docs)."""
+    examples = list(examples)
+    scores = Scorer.score_token_attr(examples, "tag", **kwargs)
+    prf = PRFScore()
+    for eg in examples:
+        gold = tagged_words(eg.reference) if eg.reference.has_annotation("TAG") else reference_words(eg.reference)
+        pred = tagged_words(eg.predicted)
+        prf.tp += len(gold & pred)
+        prf.fp += len(pred - gold)
+        prf.fn += len(gold - pred)
+    empty = prf.tp + prf.fp + prf.fn == 0
+    scores.update({key: None if empty else value for key, value in
+                   (("words_p", prf.precision), ("words_r", prf.recall), ("words_f", prf.fscore))})
+    return scores
+
+
 def score_ents(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
     """``ents_p``, ``ents_r``, ``ents_f`` and ``ents_per_type``, as spaCy's ``ner``."""
     return get_ner_prf(examples)
@@ -114,3 +156,8 @@ def make_ents_scorer() -> Callable:
 @registry.scorers("spacy_crf.tags_scorer.v1")
 def make_tags_scorer() -> Callable:
     return score_tags
+
+
+@registry.scorers("spacy_crf.bmes_tag_words_scorer.v1")
+def make_bmes_tag_words_scorer() -> Callable:
+    return score_bmes_tag_words

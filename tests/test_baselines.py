@@ -35,3 +35,23 @@ def test_bmes_tag_reader_gives_char_examples(tmp_path):
     eg = examples[0]
     assert [t.text for t in eg.reference] == [t.text for t in eg.predicted] == list("张三去上海")
     assert [t.tag_ for t in eg.reference] == ["B", "E", "S", "B", "E"]
+
+
+def test_the_tagger_is_scored_on_the_words_its_tags_encode():
+    """spacy_crf.bmes_tag_words_scorer.v1 (configs/cws_softmax.cfg): tag_acc and
+    word P/R/F, from the reference's tags or, without tags, its tokens."""
+    from spacy.training import Example
+    from spacy.util import registry
+
+    nlp = spacy.blank("zh")
+    score = registry.scorers.get("spacy_crf.bmes_tag_words_scorer.v1")()
+    chars = list("张三去上海")
+    gold = Doc(nlp.vocab, words=chars, spaces=[False] * 5, tags=["B", "E", "S", "B", "E"])
+    pred = Doc(nlp.vocab, words=chars, spaces=[False] * 5, tags=["B", "E", "S", "S", "S"])  # 上海 split
+    scores = score([Example(pred, gold)])
+    assert scores["tag_acc"] == 0.6
+    assert (scores["words_p"], scores["words_r"]) == (2 / 4, 2 / 3)
+    # a word-tokenized reference without tags: its tokens are the gold words
+    scores = score([Example(pred, word_doc(nlp.vocab, ["张三", "去", "上海"]))])
+    assert (scores["words_p"], scores["words_r"]) == (2 / 4, 2 / 3)
+    assert score([])["words_f"] is None

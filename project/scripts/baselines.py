@@ -14,10 +14,12 @@ a character-tokenized doc tagged ``B``/``M``/``E``/``S`` (whitespace tokens:
 :func:`words_from_tags` turns predicted tags back into words (the way a
 softmax tagger is decoded: greedily, ``B``/``S`` start a word, any tag after
 an ``E``/``S`` starts one too), so the baseline is scored with the same word
-P/R/F and OOV recall as the CRF.
+P/R/F and OOV recall as the CRF. While training, the tagger is scored the same
+way (``spacy_crf.bmes_tag_words_scorer.v1`` in configs/cws_softmax.cfg), so its
+dev curve and ``model-best`` are on word F like the CRF segmenter's.
 """
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Tuple
+from typing import Callable, Iterable, Iterator, List
 
 import spacy
 from spacy.language import Language
@@ -25,7 +27,8 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 
 from spacy_crf.corpora import CharCorpus
-from spacy_crf.schemes import BMES_TAGS, position_tag, tags_to_spans
+from spacy_crf.schemes import position_tag
+from spacy_crf.scorers import word_offsets_from_tags  # noqa: F401 (re-exported: evaluate.py, tests)
 
 
 def bmes_tags(predicted: Doc, reference: Doc) -> List[str]:
@@ -78,18 +81,6 @@ def create_bmes_tag_corpus_reader(
     if path is None:
         raise ValueError("spacy_crf.BMESTagCorpus.v1 needs a path")
     return BMESTagCorpus(path, max_length=max_length, limit=limit)
-
-
-def word_offsets_from_tags(tags: List[str], doc: Doc) -> List[Tuple[int, int]]:
-    """Token ranges ``(start, end)`` of the words encoded by BMES ``tags``.
-
-    Greedy, tolerant decoding (:func:`spacy_crf.schemes.tags_to_spans`): a
-    word starts at ``B``/``S`` and after ``E``/``S``, and ends after ``E``/``S``;
-    a whitespace token is a word of its own. Unknown tags count as ``S``."""
-    seq = [None if token.is_space else tag if tag in BMES_TAGS else "S" for tag, token in zip(tags, doc)]
-    words = [(start, end) for start, end, _ in tags_to_spans("bmes", seq)]
-    words.extend((token.i, token.i + 1) for token in doc[: len(seq)] if token.is_space)
-    return sorted(words)
 
 
 def words_from_tags(doc: Doc, spans_key: str = "words") -> Doc:
