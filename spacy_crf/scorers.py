@@ -35,6 +35,20 @@ def reference_words(doc: Doc) -> Set[Tuple[int, int]]:
     return {(t.idx, t.idx + len(t)) for t in doc if not t.is_space}
 
 
+def _count(prf: PRFScore, gold: Set[Tuple[int, int]], pred: Set[Tuple[int, int]]) -> None:
+    """Add one doc's words (character offsets) to ``prf``."""
+    prf.tp += len(gold & pred)
+    prf.fp += len(pred - gold)
+    prf.fn += len(gold - pred)
+
+
+def _words_prf(prf: PRFScore) -> Dict[str, Any]:
+    """``words_p/r/f``, None when no doc had a word to score."""
+    if prf.tp + prf.fp + prf.fn == 0:
+        return {"words_p": None, "words_r": None, "words_f": None}
+    return {"words_p": prf.precision, "words_r": prf.recall, "words_f": prf.fscore}
+
+
 def score_words(
     examples: Iterable[Example],
     spans_key: Optional[str] = DEFAULT_SPANS_KEY,
@@ -55,9 +69,7 @@ def score_words(
             continue
         gold = reference_words(eg.reference)
         pred = predicted_words(eg.predicted, spans_key)
-        prf.tp += len(gold & pred)
-        prf.fp += len(pred - gold)
-        prf.fn += len(gold - pred)
+        _count(prf, gold, pred)
         if iv_words is not None:
             text = eg.reference.text
             for start, end in gold:
@@ -68,10 +80,7 @@ def score_words(
                 else:
                     oov_total += 1
                     oov_found += hit
-    if prf.tp + prf.fp + prf.fn == 0:
-        scores: Dict[str, Any] = {"words_p": None, "words_r": None, "words_f": None}
-    else:
-        scores = {"words_p": prf.precision, "words_r": prf.recall, "words_f": prf.fscore}
+    scores = _words_prf(prf)
     if iv_words is not None:
         scores["words_oov_recall"] = oov_found / oov_total if oov_total else None
         scores["words_iv_recall"] = iv_found / iv_total if iv_total else None
@@ -109,13 +118,8 @@ def score_bmes_tag_words(examples: Iterable[Example], **kwargs: Any) -> Dict[str
     prf = PRFScore()
     for eg in examples:
         gold = tagged_words(eg.reference) if eg.reference.has_annotation("TAG") else reference_words(eg.reference)
-        pred = tagged_words(eg.predicted)
-        prf.tp += len(gold & pred)
-        prf.fp += len(pred - gold)
-        prf.fn += len(gold - pred)
-    empty = prf.tp + prf.fp + prf.fn == 0
-    scores.update({key: None if empty else value for key, value in
-                   (("words_p", prf.precision), ("words_r", prf.recall), ("words_f", prf.fscore))})
+        _count(prf, gold, tagged_words(eg.predicted))
+    scores.update(_words_prf(prf))
     return scores
 
 
