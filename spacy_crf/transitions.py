@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
+from .plots import pyplot, save_figure
 from .schemes import TransitionMask
 
 START_ROW, END_COL = "<start>", "<end>"
@@ -123,15 +124,7 @@ class TransitionTable:
 
     def plot(self, path: Union[str, Path], title: Optional[str] = None) -> Path:
         """Save the table as a heatmap PNG; forbidden moves are hatched."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            raise ImportError(
-                "Plotting needs matplotlib: pip install 'spacy-crf[plot]'"
-            ) from None
+        plt = pyplot()
         table = self.matrix
         K = len(self.tags)
         size = max(4.0, 0.45 * (K + 1) + 2)
@@ -158,16 +151,5 @@ class TransitionTable:
         subtitle = f" (validity {validity:.2f})" if validity is not None else ""
         ax.set_title((title or "CRF transition scores") + subtitle)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-        return save_figure(fig, path)
+        return save_figure(fig, path, dpi=110)
 
-
-def save_figure(fig, path: Union[str, Path]) -> Path:
-    """Lay out, write as PNG (creating folders) and close a matplotlib figure."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

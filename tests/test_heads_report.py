@@ -44,15 +44,16 @@ def test_tables_give_mean_and_half_range_and_the_best_heads_labels():
 def test_dev_curves_are_read_from_the_train_logs_and_plotted(tmp_path):
     import srsly
 
-    from heads_report import plot_curves, read_curve
+    from compare_report import dev_curve
+    from heads_report import plot_curves
 
     run = tmp_path / "seed0" / "crf"
     run.mkdir(parents=True)
     srsly.write_jsonl(run / "train_log.jsonl", [
         {"step": 0, "scores": {"ents_f": 0.0}}, {"step": 50, "scores": {"ents_f": 40.0}},
         {"step": 100, "scores": {"ents_f": 55.0}}])
-    curve = read_curve(run)
+    curve = dev_curve(run, "ner", joint=False)
     assert curve == [(0, 0.0), (50, 40.0), (100, 55.0)]
-    assert read_curve(tmp_path / "seed0" / "span") == []  # not trained: no line
+    assert dev_curve(tmp_path / "seed0" / "span", "ner", joint=False) == []  # not trained: no line
     plot_curves({"crf": {"seed0": curve}, "span": {"seed0": []}}, "test", tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

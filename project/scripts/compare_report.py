@@ -30,6 +30,7 @@ from evaluate import evaluate
 from readme_block import replace_block
 from seed_report import cell, parse_report_args
 
+from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.util import write_json_atomic, write_text_atomic
 
 # (model dir, label, tasks it is scored on)
@@ -113,12 +114,7 @@ def dev_curve(run_dir: Path, task: str, joint: bool) -> List[Tuple[float, float]
 def plot_curves(seed_dirs: List[Path], title: str, path: Path) -> None:
     """Two panels (SXU word F, MSRA entity F) of dev F against each task's
     steps: one colour per head, one line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = subplots(1, 2, figsize=(10, 4))
     colours = dict(zip([h for h, _, _ in HEADS], ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     for ax, task in zip(axes, ("cws", "ner")):
         for head, label, tasks in HEADS:
@@ -130,14 +126,9 @@ def plot_curves(seed_dirs: List[Path], title: str, path: Path) -> None:
                     x, y = zip(*points)
                     ax.plot(x, y, color=colours[head], marker=".", alpha=0.9 if i == 0 else 0.55,
                             label=label if i == 0 else None)
-        ax.set_xlabel(f"training steps on {CORPUS[task].upper()} (a joint step counts half)")
-        ax.set_ylabel(f"dev {'word' if task == 'cws' else 'entity'} F (docs scored while training)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        finish_axes(ax, f"training steps on {CORPUS[task].upper()} (a joint step counts half)",
+                    f"dev {'word' if task == 'cws' else 'entity'} F (docs scored while training)", legend_size=7)
+    save_figure(fig, path, title=title)
 
 
 def main() -> None:

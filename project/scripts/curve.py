@@ -43,6 +43,7 @@ import typer
 from wasabi import msg
 
 from readme_block import replace_block
+from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.util import write_json_atomic, write_text_atomic
 from timed_logger import times_path
 
@@ -360,12 +361,7 @@ def minutes_to_target(fit: Optional[Dict], anchor_f: Optional[float], anchor_min
 
 
 def plot(runs: Dict[str, Dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = subplots(1, 2, figsize=(10, 4))
     for ax, key, name in zip(axes, ("words_f", "ents_f"), ("SXU dev word F", "MSRA dev entity F")):
         for run_name, record in runs.items():
             points = [p for p in record["points"] if p[key] is not None and p["step"] > 0]
@@ -373,14 +369,8 @@ def plot(runs: Dict[str, Dict], path: Path, title: str) -> None:
                 ax.plot([p["cpu_seconds"] / 60 for p in points], [p[key] for p in points], marker=".",
                         label=run_label(run_name, record["settings"]))
         ax.axhline(TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {TARGETS[key]}")
-        ax.set_xlabel("training CPU-minutes (all threads, dev evaluations included)")
-        ax.set_ylabel(name)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        finish_axes(ax, "training CPU-minutes (all threads, dev evaluations included)", name, legend_size=7)
+    save_figure(fig, path, title=title)
 
 
 def _cell(value: Optional[float], fmt: str = "{:.2f}") -> str:

@@ -36,9 +36,11 @@ import srsly
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.training import Example
 
+from compare_report import dev_curve
 from evaluate import _predict, read_docbin
 from readme_block import replace_block
 from seed_report import cell, parse_report_args
+from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.util import hardware, write_json_atomic, write_text_atomic
 
 # (model dir, label)
@@ -114,38 +116,18 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
     return "\n".join(lines)
 
 
-def read_curve(run_dir: Path) -> List[tuple]:
-    """(step, dev ents_f) of every evaluation in a run's ``train_log.jsonl``
-    (spaCy's console logger writes the scores in percent)."""
-    path = run_dir / "train_log.jsonl"
-    if not path.exists():
-        return []
-    return [(row["step"], row["scores"]["ents_f"]) for row in srsly.read_jsonl(path)
-            if row.get("scores", {}).get("ents_f") is not None]
-
-
 def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Path) -> None:
     """Dev entity F against the step, one colour per head, one line per seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = subplots(figsize=(6.4, 4.0))
     for (head, label), colour in zip(HEADS, ("tab:blue", "tab:orange", "tab:green")):
         for i, (seed, points) in enumerate(sorted(curves.get(head, {}).items())):
             if points:
                 steps, f = zip(*points)
                 ax.plot(steps, f, color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,
                         label=label.replace("`", "") if i == 0 else None)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("dev entity F (docs scored while training)")
     ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_axes(ax, "training step", "dev entity F (docs scored while training)")
+    save_figure(fig, path)
 
 
 def main() -> None:
@@ -158,7 +140,7 @@ def main() -> None:
     curves: Dict[str, Dict[str, List[tuple]]] = {}
     for seed_dir in seed_dirs:
         for head, _ in HEADS:
-            curves.setdefault(head, {})[seed_dir.name] = read_curve(seed_dir / head)
+            curves.setdefault(head, {})[seed_dir.name] = dev_curve(seed_dir / head, "ner", joint=False)
             model = seed_dir / head / "model-best"
             if not model.exists():
                 print(f"skip {seed_dir.name}/{head}: not trained")

@@ -13,7 +13,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import srsly
 
 from spacy_crf.schemes import transition_mask
-from spacy_crf.transitions import TransitionTable, save_figure
+from spacy_crf.plots import finish_axes, save_figure, subplots
+from spacy_crf.transitions import TransitionTable
 
 from study_measures import mean_and_spread
 
@@ -174,12 +175,7 @@ def reading(records: Sequence[Dict]) -> List[str]:
 
 def plot_multiplier_curves(records: Sequence[Dict], path: Path) -> Path:
     """F1 and validity against the CRF multiplier, one line per task x depth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_f1, ax_val) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax_f1, ax_val) = subplots(1, 2, figsize=(10, 4))
     for task, depth in sorted({(r["task"], int(r["depth"])) for r in records}):
         crf = [r for r in records if r["task"] == task and int(r["depth"]) == depth and r["head"] == "crf"]
         multipliers = sorted({r["multiplier"] for r in crf})
@@ -194,12 +190,9 @@ def plot_multiplier_curves(records: Sequence[Dict], path: Path) -> Path:
         ax_val.plot(multipliers, val, "o-", color=line.get_color(), label=f"{task} {depth}L")
     for ax, label in ((ax_f1, "dev F1 (dotted: softmax)"), (ax_val, "transition validity")):
         ax.set_xscale("log")
-        ax.set_xlabel("CRF learning-rate multiplier")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        finish_axes(ax, "CRF learning-rate multiplier", label)
     ax_val.set_ylim(-0.05, 1.05)
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def _heatmaps(records: Sequence[Dict], out_dir: Path) -> List[Tuple[str, str]]:
