@@ -13,8 +13,9 @@ evaluation step, and ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows
 keeps the memory freed between batches of different shapes and grows by
 about 1.5 MB a step (12.3 GB at the end of 5,000 joint steps). jemalloc
 returns it (4.2 GB) but pays in page faults: on the full corpora with two
-threads it spent 19% of the CPU in the kernel against glibc's 8%, and a
-joint step took 1.14 s against 1.01 s. ``jemalloc`` preloads it into
+threads it spent 19% of the CPU in the kernel against glibc's 10%, and the
+first 1,000 joint steps (3 dev evaluations included) took 1,138 s against
+1,096 s. ``jemalloc`` preloads it into
 ``spacy train``; ``auto`` does when the system has it (``apt-get install
 libjemalloc2``) and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
 
