@@ -82,18 +82,21 @@ def compare_table(results: Dict[str, Dict[str, Dict[str, Dict]]], profile: str, 
         ner = [r["scores"]["ents_f"] for r in by_task.get("ner", {}).values()]
         settings = [runs[s]["settings"] for s in seeds]
         train_s = [(runs[s].get("train") or {}).get("train_seconds") for s in seeds]
+        # per seed, in the seeds' order: runs of one head can differ (e.g. one trained beside another job)
         best = ", ".join("–" if st["best_step"] is None else f"{st['best_step']:,}" for st in settings)
+        seconds = ", ".join("–" if t is None else f"{t:,.0f}" for t in train_s)
         rows.append(f"| {label} | {cell(cws)} | {cell(oov)} | {cell(ner)} | {len(seeds)} ({', '.join(seeds)}) | "
                     f"{joined([st['max_steps'] for st in settings])} | "
                     f"{joined([st['learn_rate'] for st in settings], '{:g}')} | {best} | "
-                    f"{joined(train_s, '{:,.0f}')} |")
+                    f"{seconds} |")
     return "\n".join([
         f"Profile `{profile}`; SXU word F on {splits['cws']}, MSRA entity F on {splits['ner']}; "
         "mean ± half-range over the seeds. `steps`: training steps of each run (a joint step mixes "
         "both tasks, so a joint model gets half of them per task); `best step`: where model-best "
-        "was saved, per seed. Written by `spacy project run compare-report`.",
+        "was saved, and `train s`: wall seconds of training, per seed. "
+        "Written by `spacy project run compare-report`.",
         "",
-        "| head | SXU word F | SXU OOV recall | MSRA entity F | seeds | steps | peak lr | best step | train s per run |",
+        "| head | SXU word F | SXU OOV recall | MSRA entity F | seeds | steps | peak lr | best step | train s |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows,
     ])
