@@ -36,6 +36,33 @@ def test_baselines_get_the_joint_models_per_task_budget():
     assert 2 * variables["warmup_steps"] == variables["joint_warmup_steps"]
 
 
+def test_softmax_head_differs_from_the_crf_model_only_in_head_and_rate():
+    # the like-for-like baseline: the compare CRF run's recipe with use_crf = false
+    # and its own tuned peak lr, nothing else (same steps, data, seed, warmup)
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    script = {c["name"]: c["script"][0].split() for c in project["commands"]}
+    crf, softmax = script["compare-joint-crf"], script["compare-joint-softmax"]
+
+    def options(argv):
+        pairs = {}
+        for i, arg in enumerate(argv):
+            if arg.startswith("--"):
+                pairs[arg] = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else True
+        return pairs
+
+    crf_opts, softmax_opts = options(crf), options(softmax)
+    rate = "--training.optimizer.learn_rate.initial_rate"
+    assert crf_opts.pop(rate) == "${vars.learn_rate}"
+    assert softmax_opts.pop(rate) == "${vars.compare_softmax_learn_rate}"
+    assert project["vars"]["compare_softmax_learn_rate"] > 0
+    assert softmax_opts.pop("--components.segmenter.model.use_crf") == "false"
+    assert softmax_opts.pop("--components.crf_ner.model.use_crf") == "false"
+    for crf_only in ("--reuse", "--training.optimizer.crf_lr_multiplier"):
+        crf_opts.pop(crf_only)
+    assert crf_opts == softmax_opts
+    assert crf[crf.index("scripts/train.py") + 3] == softmax[softmax.index("scripts/train.py") + 3] == "../configs/joint.cfg"
+
+
 def test_check_script_help_runs():
     result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
                             capture_output=True, text=True)
