@@ -340,8 +340,10 @@ def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
            "gain_per_doubling": float((100 - last) * (1 - 2 ** slope)), "cpu_minutes_to_target": None}
     if last >= target:
         fit["cpu_minutes_to_target"] = late[-1]["cpu_seconds"] / 60
-    elif slope < 0:
-        fit["cpu_minutes_to_target"] = float(numpy.exp((numpy.log(100 - target) - intercept) / slope))
+    elif slope < -1e-6:  # a flat run's least-squares slope is rounding noise (-1e-17), not progress
+        with numpy.errstate(over="ignore"):
+            minutes = float(numpy.exp((numpy.log(100 - target) - intercept) / slope))
+        fit["cpu_minutes_to_target"] = minutes if numpy.isfinite(minutes) else None
     return fit
 
 
