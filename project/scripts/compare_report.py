@@ -67,6 +67,12 @@ def joined(values: List, fmt: str = "{:,}") -> str:
     return ", ".join(fmt.format(v) for v in distinct) or "–"
 
 
+def per_seed(values: List, fmt: str = "{:,}") -> str:
+    """One value per seed, in the seeds' order, a dash where there is none: runs of
+    one head can differ (e.g. one trained beside another job)."""
+    return ", ".join("–" if v is None else fmt.format(v) for v in values)
+
+
 def compare_table(results: Dict[str, Dict[str, Dict[str, Dict]]], profile: str, splits: Dict[str, str]) -> str:
     """The Markdown table: one row per head found in ``results``
     (head -> task -> seed -> {scores, train, settings})."""
@@ -82,13 +88,10 @@ def compare_table(results: Dict[str, Dict[str, Dict[str, Dict]]], profile: str, 
         ner = [r["scores"]["ents_f"] for r in by_task.get("ner", {}).values()]
         settings = [runs[s]["settings"] for s in seeds]
         train_s = [(runs[s].get("train") or {}).get("train_seconds") for s in seeds]
-        # per seed, in the seeds' order: runs of one head can differ (e.g. one trained beside another job)
-        best = ", ".join("–" if st["best_step"] is None else f"{st['best_step']:,}" for st in settings)
-        seconds = ", ".join("–" if t is None else f"{t:,.0f}" for t in train_s)
         rows.append(f"| {label} | {cell(cws)} | {cell(oov)} | {cell(ner)} | {len(seeds)} ({', '.join(seeds)}) | "
                     f"{joined([st['max_steps'] for st in settings])} | "
-                    f"{joined([st['learn_rate'] for st in settings], '{:g}')} | {best} | "
-                    f"{seconds} |")
+                    f"{joined([st['learn_rate'] for st in settings], '{:g}')} | "
+                    f"{per_seed([st['best_step'] for st in settings])} | {per_seed(train_s, '{:,.0f}')} |")
     return "\n".join([
         f"Profile `{profile}`; SXU word F on {splits['cws']}, MSRA entity F on {splits['ner']}; "
         "mean ± half-range over the seeds. `steps`: training steps of each run (a joint step mixes "
