@@ -14,13 +14,29 @@ Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
 ``lr_scale``, so a 1000x CRF group would also decay 1000x faster and its
 transitions would be pulled to zero. By default the decay is *not*
 multiplied; ``scale_weight_decay = true`` restores thinc's behaviour.
+
+Lazy rows (``lazy_rows``): an embedding table's gradient is dense in memory
+but zero outside the rows of the batch's tokens (about 1,500 of the
+encoder's 92,851 wordpieces per 1,000-character batch). thinc's Adam walks
+every element of the table, its moments and the clipping norm each step
+(about 0.3 s for a 92,851 x 384 table on these CPUs, a third of a joint
+training step). A lazy parameter runs Adam on the rows whose gradient is
+non-zero only, as PyTorch's ``SparseAdam`` and TensorFlow's ``LazyAdam`` do:
+the rows of the batch get exactly thinc's update (same step count, bias
+correction and clipping norm, since the zero rows add nothing to the norm);
+the other rows keep their moments and are not moved by them, which is the
+approximation. Decoupled weight decay and parameter averages still cover
+every row, so they stay exact.
 """
 import math
 import re
+
+import numpy
 from fnmatch import fnmatchcase
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from thinc.api import Optimizer
+from thinc.backends import get_array_ops
 from thinc.optimizers import ADAM_DEFAULTS, SGD_DEFAULTS, FloatOrSeq
 from thinc.types import FloatsXd
 from spacy.util import registry
@@ -122,10 +138,26 @@ class GroupedOptimizer(Optimizer):
         layer_lr_decay: float = 1.0,
         num_layers: Optional[int] = None,
         layer_pattern: str = DEFAULT_LAYER_PATTERN,
+        lazy_rows: Sequence[str] = (),
         **kwargs,
     ):
         super().__init__(learn_rate, **kwargs)
         self._check_settings()
+        if isinstance(lazy_rows, str):
+            raise ParamGroupError(
+                f"lazy_rows must be a list of glob patterns, got the string {lazy_rows!r}."
+            )
+        if lazy_rows and not (self.b1 > 0 and self.b2 > 0 and not self.use_radam):
+            raise ParamGroupError(
+                "lazy_rows is an Adam feature (the rows of the batch get Adam's update, "
+                "the others keep their moments): it needs beta1 > 0 and beta2 > 0."
+            )
+        if lazy_rows and self.L2 != 0 and not self.L2_is_weight_decay:
+            raise ParamGroupError(
+                "lazy_rows needs L2_is_weight_decay = true (or L2 = 0): L2 added to the "
+                "gradient makes every row's gradient non-zero, so no row could be skipped."
+            )
+        self.lazy_rows = tuple(lazy_rows)
         if not 0 < layer_lr_decay <= 1:
             raise ParamGroupError(f"layer_lr_decay must be in (0, 1], got {layer_lr_decay}.")
         if layer_lr_decay != 1 and not num_layers:
@@ -183,6 +215,9 @@ class GroupedOptimizer(Optimizer):
         _, group_scale = self.group_of(key[1])
         scale = lr_scale * group_scale
         decoupled = self.L2 != 0 and self.L2_is_weight_decay
+        if self.is_lazy(key[1], weights):
+            decay_scale = scale if self.scale_weight_decay else lr_scale
+            return self._lazy_update(key, weights, gradient, scale, decay_scale)
         if group_scale == 1.0 or not decoupled or self.scale_weight_decay:
             return super().__call__(key, weights, gradient, lr_scale=scale)
         # thinc would decay by lr * scale * L2: apply the update without decay,
@@ -194,6 +229,54 @@ class GroupedOptimizer(Optimizer):
         finally:
             self.L2 = L2
         weights -= lr_scale * self.learn_rate * L2 * weights
+        return weights, gradient
+
+    def is_lazy(self, param_name: str, weights: FloatsXd) -> bool:
+        """Whether a parameter gets the row-wise lazy update (a 2-D numpy table
+        matching a ``lazy_rows`` pattern; others take thinc's dense path)."""
+        return (
+            bool(self.lazy_rows)
+            and isinstance(weights, numpy.ndarray)
+            and weights.ndim == 2
+            and any(fnmatchcase(param_name, p) for p in self.lazy_rows)
+        )
+
+    def _lazy_update(
+        self, key: KeyT, weights: FloatsXd, gradient: FloatsXd, scale: float, decay_scale: float
+    ) -> Tuple[FloatsXd, FloatsXd]:
+        """thinc's ``Optimizer.__call__`` + ``_adam`` restricted to the rows with a
+        non-zero gradient (see the module docstring)."""
+        ops = get_array_ops(weights)
+        self.nr_update[key] += 1
+        nr_upd = self.nr_update[key]
+        rows = numpy.flatnonzero(gradient.any(axis=1))
+        if key not in self.mom1:
+            self.mom1[key] = ops.alloc1f(weights.size)
+            self.mom2[key] = ops.alloc1f(weights.size)
+        if rows.size:
+            mom1 = self.mom1[key].reshape(weights.shape)
+            mom2 = self.mom2[key].reshape(weights.shape)
+            row_grad = gradient[rows]
+            if self.grad_clip:
+                row_grad = ops.clip_gradient(row_grad, self.grad_clip)
+            fix1 = 1.0 - (self.b1**nr_upd)
+            fix2 = 1.0 - (self.b2**nr_upd)
+            lr = self.learn_rate * fix2**0.5 / fix1
+            row_weights, _, row_mom1, row_mom2 = ops.adam(
+                weights[rows].ravel(), row_grad.ravel(), mom1[rows].ravel(),
+                mom2[rows].ravel(), self.b1, self.b2, self.eps, lr * scale,
+            )
+            width = weights.shape[1]
+            weights[rows] = row_weights.reshape(-1, width)
+            mom1[rows] = row_mom1.reshape(-1, width)
+            mom2[rows] = row_mom2.reshape(-1, width)
+            gradient[rows] = 0
+        if self.L2 != 0:
+            weights *= 1.0 - decay_scale * self.learn_rate * self.L2
+        if self.averages is not None:
+            if key not in self.averages:
+                self.averages[key] = ops.alloc(weights.shape, dtype="float32")
+            ops.update_averages(self.averages[key], weights, nr_upd)
         return weights, gradient
 
 
@@ -214,6 +297,7 @@ def grouped_adam(
     grad_clip: FloatOrSeq = ADAM_DEFAULTS["grad_clip"],
     L2_is_weight_decay: bool = True,
     use_averages: bool = True,
+    lazy_rows: Sequence[str] = (),
 ) -> GroupedOptimizer:
     """Adam (thinc's ``Adam.v1`` settings) with learning-rate groups.
 
@@ -227,6 +311,9 @@ def grouped_adam(
         (thinc's behaviour); default False.
     layer_lr_decay, num_layers: layer-wise learning-rate decay for the
         transformer's layers.
+    lazy_rows: glob patterns of 2-D tables (e.g.
+        ``["embeddings.word_embeddings.weight"]``) whose Adam update covers only
+        the rows with a non-zero gradient; see the module docstring.
     """
     return GroupedOptimizer(
         learn_rate,
@@ -242,6 +329,7 @@ def grouped_adam(
         L2_is_weight_decay=L2_is_weight_decay,
         use_averages=use_averages,
         use_radam=False,
+        lazy_rows=lazy_rows,
     )
 
 
