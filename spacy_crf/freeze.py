@@ -24,10 +24,12 @@ from typing import Callable, Iterator, List, Sequence, Tuple
 from spacy.language import Language
 from spacy.util import registry
 from thinc.api import Model
+from thinc.shims import Shim
 
 
-def _torch_modules(nlp: Language) -> Iterator[Tuple[str, object]]:
-    """(component name, torch module) for every PyTorch shim in the pipeline's models."""
+def torch_shims(nlp: Language) -> Iterator[Tuple[str, Shim]]:
+    """(component name, shim) for every PyTorch shim in the pipeline's models, once each."""
+    seen = set()
     for name, component in nlp.components:
         model = getattr(component, "model", None)
         if not isinstance(model, Model):
@@ -35,8 +37,9 @@ def _torch_modules(nlp: Language) -> Iterator[Tuple[str, object]]:
         for node in model.walk():
             for shim in node.shims:
                 module = getattr(shim, "_model", None)
-                if module is not None and hasattr(module, "named_parameters"):
-                    yield name, module
+                if id(shim) not in seen and module is not None and hasattr(module, "named_parameters"):
+                    seen.add(id(shim))
+                    yield name, shim
 
 
 def freeze_parameters(nlp: Language, patterns: Sequence[str]) -> List[str]:
@@ -50,8 +53,8 @@ def freeze_parameters(nlp: Language, patterns: Sequence[str]) -> List[str]:
         raise ValueError(f"patterns must be a list of glob patterns, got the string {patterns!r}")
     frozen: List[str] = []
     used = set()
-    for component, module in _torch_modules(nlp):
-        for param_name, param in module.named_parameters():
+    for component, shim in torch_shims(nlp):
+        for param_name, param in shim._model.named_parameters():
             hits = [p for p in patterns if fnmatchcase(param_name, p)]
             if hits:
                 param.requires_grad_(False)

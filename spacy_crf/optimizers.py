@@ -243,19 +243,70 @@ class GroupedOptimizer(Optimizer):
     def _lazy_update(
         self, key: KeyT, weights: FloatsXd, gradient: FloatsXd, scale: float, decay_scale: float
     ) -> Tuple[FloatsXd, FloatsXd]:
-        """thinc's ``Optimizer.__call__`` + ``_adam`` restricted to the rows with a
-        non-zero gradient (see the module docstring)."""
+        """The lazy path of a dense gradient: the rows with a non-zero gradient."""
+        rows = numpy.flatnonzero(gradient.any(axis=1))
+        self._update_rows(key, weights, rows, gradient[rows], scale, decay_scale)
+        gradient[rows] = 0
+        return weights, gradient
+
+    def update_rows(
+        self,
+        key: KeyT,
+        weights: FloatsXd,
+        rows: numpy.ndarray,
+        row_gradient: FloatsXd,
+        *,
+        lr_scale: float = 1.0,
+    ) -> FloatsXd:
+        """The lazy update of a table from a sparse gradient, in place.
+
+        weights: the table, shape (n_rows, width).
+        rows: the distinct row indices that have a gradient, shape (n,).
+        row_gradient: their gradient, shape (n, width); all-zero rows are skipped,
+            as on the dense path, so both paths give the same result.
+
+        ``spacy_crf.sparse_embeddings.v1`` calls this for a table with a sparse
+        gradient whose name matches ``lazy_rows``.
+        """
+        if not self.is_lazy(key[1], weights):
+            raise ParamGroupError(
+                f"update_rows: {key[1]!r} is not a lazy table (a 2-D numpy array matching "
+                f"lazy_rows {list(self.lazy_rows)})."
+            )
+        if row_gradient.shape != (len(rows), weights.shape[1]):
+            raise ValueError(
+                f"update_rows: {key[1]!r}: row_gradient has shape {row_gradient.shape}, "
+                f"expected ({len(rows)}, {weights.shape[1]}) for {len(rows)} rows."
+            )
+        if len(numpy.unique(rows)) != len(rows):
+            raise ValueError(f"update_rows: {key[1]!r}: rows must be distinct (sum the duplicates first).")
+        _, group_scale = self.group_of(key[1])
+        scale = lr_scale * group_scale
+        decay_scale = scale if self.scale_weight_decay else lr_scale
+        nonzero = row_gradient.any(axis=1)
+        self._update_rows(key, weights, rows[nonzero], row_gradient[nonzero], scale, decay_scale)
+        return weights
+
+    def _update_rows(
+        self,
+        key: KeyT,
+        weights: FloatsXd,
+        rows: numpy.ndarray,
+        row_grad: FloatsXd,
+        scale: float,
+        decay_scale: float,
+    ) -> None:
+        """thinc's ``Optimizer.__call__`` + ``_adam`` restricted to ``rows`` (see the
+        module docstring); ``row_grad`` holds their gradient."""
         ops = get_array_ops(weights)
         self.nr_update[key] += 1
         nr_upd = self.nr_update[key]
-        rows = numpy.flatnonzero(gradient.any(axis=1))
         if key not in self.mom1:
             self.mom1[key] = ops.alloc1f(weights.size)
             self.mom2[key] = ops.alloc1f(weights.size)
         if rows.size:
             mom1 = self.mom1[key].reshape(weights.shape)
             mom2 = self.mom2[key].reshape(weights.shape)
-            row_grad = gradient[rows]
             if self.grad_clip:
                 row_grad = ops.clip_gradient(row_grad, self.grad_clip)
             fix1 = 1.0 - (self.b1**nr_upd)
@@ -269,14 +320,12 @@ class GroupedOptimizer(Optimizer):
             weights[rows] = row_weights.reshape(-1, width)
             mom1[rows] = row_mom1.reshape(-1, width)
             mom2[rows] = row_mom2.reshape(-1, width)
-            gradient[rows] = 0
         if self.L2 != 0:
             weights *= 1.0 - decay_scale * self.learn_rate * self.L2
         if self.averages is not None:
             if key not in self.averages:
                 self.averages[key] = ops.alloc(weights.shape, dtype="float32")
             ops.update_averages(self.averages[key], weights, nr_upd)
-        return weights, gradient
 
 
 @registry.optimizers("spacy_crf.GroupedAdam.v1")

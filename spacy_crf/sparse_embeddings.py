@@ -1,0 +1,147 @@
+"""Sparse gradients for the encoder's embedding tables, before training.
+
+A batch of Chinese text touches about 1,500 of the offline encoder's 92,851
+wordpiece rows, but ``torch.nn.Embedding`` builds a dense gradient of the
+whole table in every backward pass, and thinc's PyTorch shim then zeroes all
+of it. GroupedAdam's ``lazy_rows`` already updates only the rows with a
+gradient; this removes the dense gradient as well. The matching tables get
+``sparse = True``, so the backward pass yields the batch's rows only, and the
+component's torch shim hands those rows to the optimizer's ``update_rows``
+(which must be lazy for the table: ``lazy_rows`` in
+``spacy_crf.GroupedAdam.v1``). The update is then the same as the lazy update
+of the dense gradient; only the arithmetic order of summed duplicate rows
+differs.
+
+An optimizer without a lazy path for the table (thinc's ``Adam``, or
+GroupedAdam without ``lazy_rows``) gets the gradient densified, with a
+warning: the result is the dense update and there is no speed-up.
+
+In a training config::
+
+    [initialize.after_init]
+    @callbacks = "spacy_crf.sparse_embeddings.v1"
+    patterns = ["embeddings.word_embeddings.weight"]
+
+The patterns are glob patterns over the parameter names of the Hugging Face
+model, as in ``spacy_crf.freeze_parameters.v1``. Only the ``weight`` of a
+``torch.nn.Embedding`` can have a sparse gradient. Mixed precision (gradient
+scaling) is refused: thinc's scaler does not unscale sparse tensors.
+"""
+import warnings
+from fnmatch import fnmatchcase
+from typing import Callable, Dict, List, Sequence, Type
+
+import torch
+from spacy.language import Language
+from spacy.util import registry
+from thinc.api import Optimizer, torch2xp, xp2torch
+from thinc.shims import PyTorchShim
+
+from .freeze import torch_shims
+
+_SPARSE_CLASSES: Dict[type, type] = {}
+
+
+class SparseRowsShim:
+    """Mixed into a torch shim's class: the sparse gradients first, then the
+    shim's own (dense) ``finish_update`` for every other parameter."""
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        update_sparse_rows(self, optimizer)
+        super().finish_update(optimizer)
+
+
+def _sparse_class(cls: Type[PyTorchShim]) -> type:
+    if issubclass(cls, SparseRowsShim):
+        return cls
+    if cls not in _SPARSE_CLASSES:
+        _SPARSE_CLASSES[cls] = type(f"SparseRows{cls.__name__}", (SparseRowsShim, cls), {})
+    return _SPARSE_CLASSES[cls]
+
+
+def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
+    """Update each parameter of ``shim`` that holds a sparse gradient, then drop it."""
+    densified = shim.__dict__.setdefault("_spacy_crf_densified", set())
+    is_lazy = getattr(optimizer, "is_lazy", None)
+    for name, param in shim._model.named_parameters():
+        grad = param.grad
+        if grad is None or not grad.is_sparse:
+            continue
+        key = (shim.id, name)
+        weights = torch2xp(param.data)
+        if is_lazy is not None and is_lazy(name, weights):
+            grad = grad.coalesce()
+            rows = torch2xp(grad.indices()[0])
+            optimizer.update_rows(key, weights, rows, torch2xp(grad.values()))
+        else:
+            if name not in densified:
+                densified.add(name)
+                warnings.warn(
+                    f"spacy_crf.sparse_embeddings.v1: the optimizer has no lazy update for "
+                    f"{name!r}, so its sparse gradient is made dense (the dense update, no "
+                    f"speed-up). Add it to spacy_crf.GroupedAdam.v1's lazy_rows.",
+                    stacklevel=2,
+                )
+            weights, _ = optimizer(key, weights, torch2xp(grad.to_dense()))
+            param.data = xp2torch(weights, requires_grad=True, device=param.device)
+        param.grad = None
+
+
+def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
+    """Give every ``torch.nn.Embedding`` weight whose name matches a pattern a
+    sparse gradient, and route it to the optimizer's lazy row update.
+
+    Returns ``component:parameter`` of the tables. Raises ``ValueError`` when a
+    pattern matches nothing, when a match is not an embedding table's weight,
+    or when the shim scales gradients (mixed precision).
+    """
+    if isinstance(patterns, str):
+        raise ValueError(f"patterns must be a list of glob patterns, got the string {patterns!r}")
+    tables: List[str] = []
+    used = set()
+    for component, shim in torch_shims(nlp):
+        module = shim._model
+        matched = False
+        for param_name, param in module.named_parameters():
+            hits = [p for p in patterns if fnmatchcase(param_name, p)]
+            if not hits:
+                continue
+            owner_name, _, attr = param_name.rpartition(".")
+            owner = module.get_submodule(owner_name)
+            if not isinstance(owner, torch.nn.Embedding) or attr != "weight":
+                raise ValueError(
+                    f"spacy_crf.sparse_embeddings.v1: {component}:{param_name} matches {hits} "
+                    f"but is not the weight of a torch.nn.Embedding ({type(owner).__name__}); "
+                    "only embedding tables can have sparse gradients."
+                )
+            if getattr(shim, "_grad_scaler", None) is not None and shim._grad_scaler._enabled:
+                raise ValueError(
+                    f"spacy_crf.sparse_embeddings.v1: {component} uses gradient scaling "
+                    "(mixed precision), which does not unscale sparse gradients."
+                )
+            owner.sparse = True
+            param.grad = None
+            used.update(hits)
+            matched = True
+            tables.append(f"{component}:{param_name}")
+        if matched:
+            shim.__class__ = _sparse_class(type(shim))
+    unused = [p for p in patterns if p not in used]
+    if unused:
+        raise ValueError(
+            f"spacy_crf.sparse_embeddings.v1: no parameter of the pipeline's PyTorch models "
+            f"matches {unused}. Parameter names look like 'embeddings.word_embeddings.weight'."
+        )
+    return tables
+
+
+@registry.callbacks("spacy_crf.sparse_embeddings.v1")
+def make_sparse_embeddings(patterns: List[str]) -> Callable[[Language], Language]:
+    """An ``[initialize.after_init]`` callback that gives the matching embedding
+    tables sparse gradients (see the module docstring)."""
+
+    def after_init(nlp: Language) -> Language:
+        sparse_embeddings(nlp, patterns)
+        return nlp
+
+    return after_init
