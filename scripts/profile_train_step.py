@@ -1,7 +1,8 @@
 """Where a training step's time goes: characters per second and a per-phase profile.
 
     python scripts/profile_train_step.py CONFIG [--steps 30] [--warmup 5] [--threads N]
-        [--top 25] [--freeze 'embeddings.word_embeddings.*'] [--output profile.json]
+        [--top 25] [--freeze 'embeddings.word_embeddings.*']
+        [--sparse embeddings.word_embeddings.weight] [--output profile.json]
         [--paths.train_words ... spacy overrides]
 
 Builds the pipeline exactly as ``spacy train`` does (``init_nlp`` on the
@@ -29,9 +30,9 @@ from itertools import islice
 from pathlib import Path
 
 import torch
-from spacy import util
 from spacy.cli._util import parse_config_overrides
-from spacy.training.initialize import init_nlp
+
+from bench_train_step import training_setup
 
 # (phase, predicate over a pstats key (file, line, function)). A phase's time is
 # the largest cumulative time among its matching functions when they nest
@@ -61,26 +62,20 @@ def main() -> None:
     p.add_argument("--top", type=int, default=0, help="also print the N functions with the most own time")
     p.add_argument("--freeze", action="append", default=[], metavar="PATTERN",
                    help="freeze encoder parameters matching this glob (spacy_crf.freeze_parameters.v1)")
+    p.add_argument("--sparse", action="append", default=[], metavar="PATTERN",
+                   help="sparse gradients for embedding tables matching this glob "
+                        "(spacy_crf.sparse_embeddings.v1; pair it with the optimizer's lazy_rows)")
     p.add_argument("--output", type=Path)
     args, rest = p.parse_known_args()
     if args.steps <= 0 or args.warmup < 0:
         raise SystemExit("--steps must be > 0 and --warmup >= 0")
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = parse_config_overrides(rest)
-    config = util.load_config(args.config, overrides=overrides, interpolate=False)
-    nlp = init_nlp(config)
-    if args.freeze:
-        from spacy_crf.freeze import freeze_parameters
-
-        print("frozen:", ", ".join(freeze_parameters(nlp, args.freeze)))
-    resolved = nlp.config.interpolate()
-    T = util.registry.resolve(resolved["training"], schema=None)
-    train_corpus = util.resolve_dot_names(resolved, [T["train_corpus"]])[0]
-    optimizer = T["optimizer"]
-    batcher = T["batcher"]
-    dropout = T["dropout"]
-    batches = batcher(train_corpus(nlp))
+    nlp, optimizer, batches, dropout, notes = training_setup(
+        args.config, parse_config_overrides(rest), freeze=args.freeze, sparse=args.sparse
+    )
+    for note in notes:
+        print(note)
 
     for batch in islice(batches, args.warmup):
         nlp.update(batch, drop=dropout, sgd=optimizer)
@@ -109,7 +104,7 @@ def main() -> None:
         stats.sort_stats("tottime").print_stats(args.top)
     if args.output:
         args.output.write_text(json.dumps({
-            "config": str(args.config), "overrides": rest, "frozen": args.freeze, "steps": args.steps, "chars": chars,
+            "config": str(args.config), "overrides": rest, "frozen": args.freeze, "sparse": args.sparse, "steps": args.steps, "chars": chars,
             "seconds": round(seconds, 2), "chars_per_s": round(chars / seconds, 1),
             "torch_threads": torch.get_num_threads(),
             "phases_s_per_step": {phase: round(s, 4) for phase, s in rows},
