@@ -2,6 +2,7 @@
 run with the same recipe instead of training again."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import srsly
@@ -107,11 +108,41 @@ def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
     cmd = calls[0]
     at = cmd.index("--training.optimizer.lazy_rows")
     assert srsly.json_loads(cmd[at + 1]) == ["embeddings.word_embeddings.weight"]
+    at = cmd.index("--initialize.after_init")
+    assert srsly.json_loads(cmd[at + 1]) == {
+        "@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": ["embeddings.word_embeddings.weight"]
+    }
     meta = srsly.read_json(inputs / "lazy" / "train_meta.json")
     assert "--training.optimizer.lazy_rows" in meta["recipe"]["overrides"]
+    assert "--initialize.after_init" in meta["recipe"]["overrides"]
     # a dense run is another recipe: --reuse must not copy the lazy run for it
     calls = run_main(monkeypatch, argv("dense", "--reuse", "lazy"))
     assert len(calls) == 1 and "--training.optimizer.lazy_rows" not in calls[0]
+
+
+def test_lazy_embeddings_overrides_load_into_the_joint_config():
+    """spaCy parses the overrides as spacy train would, and the callback resolves."""
+    from spacy.cli._util import parse_config_overrides
+    from spacy.util import load_config, registry
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "joint.cfg"
+    overrides = parse_config_overrides(train.lazy_overrides(True))
+    loaded = load_config(config, overrides=overrides, interpolate=False)
+    assert loaded["training"]["optimizer"]["lazy_rows"] == ["embeddings.word_embeddings.weight"]
+    after_init = registry.resolve({"cb": loaded["initialize"]["after_init"]})["cb"]
+    assert callable(after_init)
+    train.check_after_init_free(str(config), [])
+
+
+def test_lazy_embeddings_refuse_to_replace_an_after_init_callback(inputs, monkeypatch):
+    (inputs / "joint.cfg").write_text(
+        '[training]\nmax_steps = 10\n\n[initialize]\n\n[initialize.after_init]\n@callbacks = "spacy.copy_from_base_model.v1"\n',
+        encoding="utf8",
+    )
+    with pytest.raises(SystemExit, match="already has one"):
+        run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true"))
+    with pytest.raises(SystemExit, match="cannot be overridden as well"):
+        train.check_after_init_free("joint.cfg", ["--initialize.after_init", "{}"])
 
 
 def test_lazy_embeddings_take_true_or_false(inputs, monkeypatch, capsys):

