@@ -31,7 +31,7 @@ import statistics
 import time
 from itertools import islice
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import torch
 from spacy import util
@@ -65,8 +65,18 @@ def training_setup(
     resolved = nlp.config.interpolate()
     T = util.registry.resolve(resolved["training"], schema=None)
     train_corpus = util.resolve_dot_names(resolved, [T["train_corpus"]])[0]
-    batches = T["batcher"](train_corpus(nlp))
-    return nlp, T["optimizer"], batches, T["dropout"], notes
+    return nlp, T["optimizer"], _epochs(nlp, train_corpus, T["batcher"]), T["dropout"], notes
+
+
+def _epochs(nlp: Language, corpus, batcher) -> Iterator[List[Any]]:
+    """Batches over as many passes of the corpus as asked for, as ``spacy train`` does."""
+    while True:
+        empty = True
+        for batch in batcher(corpus(nlp)):
+            empty = False
+            yield batch
+        if empty:
+            raise SystemExit("the training corpus gave no batches")
 
 
 def variant_setup(name: str, config_path: Path, overrides: Dict[str, Any], table: str):
@@ -103,11 +113,9 @@ def main() -> None:
         nlp, optimizer, batches, dropout, notes = variant_setup(name, args.config, overrides, args.table)
         setups[name] = (nlp, optimizer, dropout)
         for note in notes:
-            print(f"{name}: {note}")
+            print(f"[{name}] {note}")
     # One batch stream (the last variant's), shared, so every variant sees the same batches.
     stream = list(islice(batches, args.warmup + args.steps))
-    if len(stream) < args.warmup + args.steps:
-        raise SystemExit(f"the training corpus gave only {len(stream)} batches")
     wall = {name: [] for name in names}
     cpu = {name: [] for name in names}
     chars = 0

@@ -130,3 +130,62 @@ patterns = ["{TABLE}"]
         warnings.simplefilter("error")
         assert after_init(nlp) is nlp
     assert _hf_model(nlp).embeddings.word_embeddings.sparse
+
+
+@pytest.fixture
+def train_config(tiny_bert_dir, tmp_path):
+    """A filled ``spacy train`` config for the tiny BERT + crf_tagger, and its corpus."""
+    from spacy.tokens import DocBin
+
+    from _configs import CRF_TAGGER_NER_WEIGHTS, TRAIN_CFG
+
+    nlp, examples = _pipeline(tiny_bert_dir)
+    db = DocBin()
+    for eg in examples:
+        db.add(eg.reference)
+    db.to_disk(tmp_path / "train.spacy")
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
+    config = config.merge(Config().from_str(TRAIN_CFG + CRF_TAGGER_NER_WEIGHTS, interpolate=False))
+    filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
+    (tmp_path / "config.cfg").write_text(filled.to_str(), encoding="utf8")
+    return tmp_path / "config.cfg", tmp_path / "train.spacy"
+
+
+def test_spacy_train_takes_the_callback_and_lazy_rows_as_overrides(train_config, tmp_path):
+    """The overrides the project's train.py passes (JSON values), through the real CLI."""
+    import subprocess
+    import sys
+
+    config, corpus = train_config
+    sparse = '{"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": ["%s"]}' % TABLE
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
+         "--paths.train", str(corpus), "--paths.dev", str(corpus),
+         "--training.optimizer.lazy_rows", f'["{TABLE}"]', "--initialize.after_init", sparse],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "lazy_rows" not in result.stderr  # no densifying warning
+    saved = Config().from_disk(tmp_path / "out" / "model-last" / "config.cfg", interpolate=False)
+    assert saved["initialize"]["after_init"]["@callbacks"] == "spacy_crf.sparse_embeddings.v1"
+    assert spacy.load(tmp_path / "out" / "model-last").get_pipe("crf_tagger").labels == ("LOC", "PER")
+
+
+def test_the_training_step_benchmark_runs_every_variant(train_config, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config, corpus = train_config
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_train_step.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(config), "--steps", "2", "--warmup", "1",
+         "--output", str(tmp_path / "bench.json"), "--paths.train", str(corpus), "--paths.dev", str(corpus)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "[sparse] sparse gradients: transformer:embeddings.word_embeddings.weight" in result.stdout
+    variants = json.loads((tmp_path / "bench.json").read_text())["variants"]
+    assert list(variants) == ["dense", "lazy", "sparse", "frozen"]
+    assert all(v["median_s_per_step"] > 0 for v in variants.values())
