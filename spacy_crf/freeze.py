@@ -19,7 +19,7 @@ model (``embeddings.word_embeddings.weight``,
 ``spacy_crf.GroupedAdam.v1``'s ``param_groups``.
 """
 from fnmatch import fnmatchcase
-from typing import Callable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.util import registry
@@ -42,6 +42,35 @@ def torch_shims(nlp: Language) -> Iterator[Tuple[str, Shim]]:
                     yield name, shim
 
 
+def matching_parameters(
+    nlp: Language, patterns: Sequence[str], who: str
+) -> List[Tuple[str, Shim, str, Any]]:
+    """(component, shim, parameter name, parameter) for every PyTorch parameter
+    whose name matches one of the glob patterns.
+
+    Raises ``ValueError``, naming ``who``, when ``patterns`` is a string or a
+    pattern matches nothing, before anything is changed, so that a typo does
+    not silently leave the model as it was.
+    """
+    if isinstance(patterns, str):
+        raise ValueError(f"{who}: patterns must be a list of glob patterns, got the string {patterns!r}")
+    found = []
+    used = set()
+    for component, shim in torch_shims(nlp):
+        for param_name, param in shim._model.named_parameters():
+            hits = [p for p in patterns if fnmatchcase(param_name, p)]
+            if hits:
+                used.update(hits)
+                found.append((component, shim, param_name, param))
+    unused = [p for p in patterns if p not in used]
+    if unused:
+        raise ValueError(
+            f"{who}: no parameter of the pipeline's PyTorch models matches {unused}. "
+            "Parameter names look like 'embeddings.word_embeddings.weight'."
+        )
+    return found
+
+
 def freeze_parameters(nlp: Language, patterns: Sequence[str]) -> List[str]:
     """Set ``requires_grad = False`` on every parameter whose name matches a pattern.
 
@@ -49,24 +78,11 @@ def freeze_parameters(nlp: Language, patterns: Sequence[str]) -> List[str]:
     when a pattern matches nothing, so that a typo does not silently train
     everything.
     """
-    if isinstance(patterns, str):
-        raise ValueError(f"patterns must be a list of glob patterns, got the string {patterns!r}")
     frozen: List[str] = []
-    used = set()
-    for component, shim in torch_shims(nlp):
-        for param_name, param in shim._model.named_parameters():
-            hits = [p for p in patterns if fnmatchcase(param_name, p)]
-            if hits:
-                param.requires_grad_(False)
-                param.grad = None
-                used.update(hits)
-                frozen.append(f"{component}:{param_name}")
-    unused = [p for p in patterns if p not in used]
-    if unused:
-        raise ValueError(
-            f"spacy_crf.freeze_parameters.v1: no parameter of the pipeline's PyTorch models "
-            f"matches {unused}. Parameter names look like 'embeddings.word_embeddings.weight'."
-        )
+    for component, _, param_name, param in matching_parameters(nlp, patterns, "spacy_crf.freeze_parameters.v1"):
+        param.requires_grad_(False)
+        param.grad = None
+        frozen.append(f"{component}:{param_name}")
     return frozen
 
 

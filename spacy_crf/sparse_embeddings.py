@@ -28,7 +28,6 @@ model, as in ``spacy_crf.freeze_parameters.v1``. Only the ``weight`` of a
 scaling) is refused: thinc's scaler does not unscale sparse tensors.
 """
 import warnings
-from fnmatch import fnmatchcase
 from typing import Callable, Dict, List, Sequence, Type
 
 import torch
@@ -37,7 +36,7 @@ from spacy.util import registry
 from thinc.api import Optimizer, torch2xp, xp2torch
 from thinc.shims import PyTorchShim
 
-from .freeze import torch_shims
+from .freeze import matching_parameters
 
 _SPARSE_CLASSES: Dict[type, type] = {}
 
@@ -95,44 +94,32 @@ def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
     pattern matches nothing, when a match is not an embedding table's weight,
     or when the shim scales gradients (mixed precision).
     """
-    if isinstance(patterns, str):
-        raise ValueError(f"patterns must be a list of glob patterns, got the string {patterns!r}")
-    tables: List[str] = []
-    used = set()
-    for component, shim in torch_shims(nlp):
+    who = "spacy_crf.sparse_embeddings.v1"
+    tables = []
+    shims = {}
+    for component, shim, param_name, param in matching_parameters(nlp, patterns, who):
         module = shim._model
-        matched = False
-        for param_name, param in module.named_parameters():
-            hits = [p for p in patterns if fnmatchcase(param_name, p)]
-            if not hits:
-                continue
-            owner_name, _, attr = param_name.rpartition(".")
-            owner = module.get_submodule(owner_name)
-            if not isinstance(owner, torch.nn.Embedding) or attr != "weight":
-                raise ValueError(
-                    f"spacy_crf.sparse_embeddings.v1: {component}:{param_name} matches {hits} "
-                    f"but is not the weight of a torch.nn.Embedding ({type(owner).__name__}); "
-                    "only embedding tables can have sparse gradients."
-                )
-            if getattr(shim, "_grad_scaler", None) is not None and shim._grad_scaler._enabled:
-                raise ValueError(
-                    f"spacy_crf.sparse_embeddings.v1: {component} uses gradient scaling "
-                    "(mixed precision), which does not unscale sparse gradients."
-                )
-            owner.sparse = True
-            param.grad = None
-            used.update(hits)
-            matched = True
-            tables.append(f"{component}:{param_name}")
-        if matched:
-            shim.__class__ = _sparse_class(type(shim))
-    unused = [p for p in patterns if p not in used]
-    if unused:
-        raise ValueError(
-            f"spacy_crf.sparse_embeddings.v1: no parameter of the pipeline's PyTorch models "
-            f"matches {unused}. Parameter names look like 'embeddings.word_embeddings.weight'."
-        )
-    return tables
+        owner_name, _, attr = param_name.rpartition(".")
+        owner = module.get_submodule(owner_name)
+        if not isinstance(owner, torch.nn.Embedding) or attr != "weight":
+            raise ValueError(
+                f"{who}: {component}:{param_name} is not the weight of a torch.nn.Embedding "
+                f"({type(owner).__name__}); only embedding tables can have sparse gradients."
+            )
+        if getattr(shim, "_grad_scaler", None) is not None and shim._grad_scaler._enabled:
+            raise ValueError(
+                f"{who}: {component} uses gradient scaling (mixed precision), which does not "
+                "unscale sparse gradients."
+            )
+        shims[id(shim)] = shim
+        tables.append((owner, param, f"{component}:{param_name}"))
+    # Every match is checked before anything changes.
+    for owner, param, _ in tables:
+        owner.sparse = True
+        param.grad = None
+    for shim in shims.values():
+        shim.__class__ = _sparse_class(type(shim))
+    return [name for _, _, name in tables]
 
 
 @registry.callbacks("spacy_crf.sparse_embeddings.v1")

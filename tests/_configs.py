@@ -153,3 +153,24 @@ words_p = null
 words_r = null
 tag_acc = null
 """
+
+
+def write_ner_training_files(tiny_bert_dir, out_dir) -> Tuple["Path", "Path"]:
+    """``out_dir/config.cfg`` (PIPELINE_CFG over the tiny BERT + TRAIN_CFG, filled as
+    ``spacy init fill-config`` would) and ``out_dir/train.spacy`` (NER_DATA)."""
+    import spacy
+    from spacy.tokens import DocBin
+    from spacy.training import Example
+    from thinc.api import Config
+
+    nlp = spacy.blank("zh")
+    db = DocBin()
+    for text, ents in NER_DATA:
+        db.add(Example.from_dict(nlp.make_doc(text), {"entities": ents}).reference)
+    db.to_disk(out_dir / "train.spacy")
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
+    config = config.merge(Config().from_str(TRAIN_CFG + CRF_TAGGER_NER_WEIGHTS, interpolate=False))
+    # what `spacy init fill-config` does: add every default the user left out
+    filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
+    (out_dir / "config.cfg").write_text(filled.to_str(), encoding="utf8")
+    return out_dir / "config.cfg", out_dir / "train.spacy"

@@ -17,7 +17,7 @@ from spacy_crf.freeze import torch_shims
 from spacy_crf.optimizers import grouped_adam
 from spacy_crf.sparse_embeddings import SparseRowsShim, sparse_embeddings
 
-from _configs import NER_DATA, PIPELINE_CFG
+from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
 
 TABLE = "embeddings.word_embeddings.weight"
 LAYER = "encoder.layer.0.attention.self.query.weight"
@@ -108,11 +108,13 @@ def test_a_trained_pipeline_with_sparse_gradients_round_trips(tiny_bert_dir, tmp
         ([LAYER], "not the weight of a torch.nn.Embedding"),
     ],
 )
-def test_bad_patterns_are_refused(tiny_bert_dir, patterns, message):
+def test_bad_patterns_are_refused_before_anything_changes(tiny_bert_dir, patterns, message):
     nlp, examples = _pipeline(tiny_bert_dir)
     nlp.initialize(lambda: examples)
     with pytest.raises(ValueError, match=message):
-        sparse_embeddings(nlp, patterns)
+        sparse_embeddings(nlp, [TABLE] + patterns if isinstance(patterns, list) else patterns)
+    assert not _hf_model(nlp).embeddings.word_embeddings.sparse
+    assert not any(isinstance(shim, SparseRowsShim) for _, shim in torch_shims(nlp))
 
 
 def test_the_callback_from_a_training_config(tiny_bert_dir):
@@ -134,21 +136,7 @@ patterns = ["{TABLE}"]
 
 @pytest.fixture
 def train_config(tiny_bert_dir, tmp_path):
-    """A filled ``spacy train`` config for the tiny BERT + crf_tagger, and its corpus."""
-    from spacy.tokens import DocBin
-
-    from _configs import CRF_TAGGER_NER_WEIGHTS, TRAIN_CFG
-
-    nlp, examples = _pipeline(tiny_bert_dir)
-    db = DocBin()
-    for eg in examples:
-        db.add(eg.reference)
-    db.to_disk(tmp_path / "train.spacy")
-    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
-    config = config.merge(Config().from_str(TRAIN_CFG + CRF_TAGGER_NER_WEIGHTS, interpolate=False))
-    filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
-    (tmp_path / "config.cfg").write_text(filled.to_str(), encoding="utf8")
-    return tmp_path / "config.cfg", tmp_path / "train.spacy"
+    return write_ner_training_files(tiny_bert_dir, tmp_path)
 
 
 def test_spacy_train_takes_the_callback_and_lazy_rows_as_overrides(train_config, tmp_path):

@@ -11,7 +11,7 @@ from thinc.api import Config
 
 from spacy_crf.optimizers import grouped_adam
 
-from _configs import CRF_TAGGER_NER_WEIGHTS, NER_DATA, PIPELINE_CFG, TRAIN_CFG
+from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
 
 
 def make_nlp(name):
@@ -79,18 +79,7 @@ def test_multiprocessing_with_transformer(trained):
 
 
 def test_spacy_train_with_grouped_optimizer(tiny_bert_dir, tmp_path):
-    from spacy.tokens import DocBin
-
-    nlp = spacy.blank("zh")
-    db = DocBin()
-    for eg in examples(nlp):
-        db.add(eg.reference)
-    db.to_disk(tmp_path / "train.spacy")
-    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
-    config = config.merge(Config().from_str(TRAIN_CFG + CRF_TAGGER_NER_WEIGHTS, interpolate=False))
-    # what `spacy init fill-config` does: add every default the user left out
-    filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
-    (tmp_path / "config.cfg").write_text(filled.to_str(), encoding="utf8")
+    write_ner_training_files(tiny_bert_dir, tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "spacy", "train", str(tmp_path / "config.cfg"), "--output", str(tmp_path / "out"),
          "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy")],
