@@ -14,7 +14,8 @@ differs.
 
 An optimizer without a lazy path for the table (thinc's ``Adam``, or
 GroupedAdam without ``lazy_rows``) gets the gradient densified, with a
-warning: the result is the dense update and there is no speed-up.
+warning: the result is the dense update and there is no speed-up. The lazy
+path runs on numpy arrays, so on a GPU the gradient is densified too.
 
 In a training config::
 
@@ -78,7 +79,7 @@ def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
                 warnings.warn(
                     f"spacy_crf.sparse_embeddings.v1: the optimizer has no lazy update for "
                     f"{name!r}, so its sparse gradient is made dense (the dense update, no "
-                    f"speed-up). Add it to spacy_crf.GroupedAdam.v1's lazy_rows.",
+                    f"speed-up). Add it to spacy_crf.GroupedAdam.v1's lazy_rows (CPU only).",
                     stacklevel=2,
                 )
             weights, _ = optimizer(key, weights, torch2xp(grad.to_dense()))
