@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Sequence, Type
 import torch
 from spacy.language import Language
 from spacy.util import registry
-from thinc.api import Optimizer, torch2xp, xp2torch
+from thinc.api import Optimizer, torch2xp
 from thinc.shims import PyTorchShim
 
 from .freeze import matching_parameters
@@ -60,7 +60,9 @@ def _sparse_class(cls: Type[PyTorchShim]) -> type:
 
 
 def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
-    """Update each parameter of ``shim`` that holds a sparse gradient, then drop it."""
+    """Update each parameter of ``shim`` that holds a sparse gradient lazily, then
+    drop the gradient; one without a lazy update gets its gradient made dense, for
+    the shim's own ``finish_update``."""
     densified = shim.__dict__.setdefault("_spacy_crf_densified", set())
     is_lazy = getattr(optimizer, "is_lazy", None)
     for name, param in shim._model.named_parameters():
@@ -82,8 +84,9 @@ def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
                     f"speed-up). Add it to spacy_crf.GroupedAdam.v1's lazy_rows (CPU only).",
                     stacklevel=2,
                 )
-            weights, _ = optimizer(key, weights, torch2xp(grad.to_dense()))
-            param.data = xp2torch(weights, requires_grad=True, device=param.device)
+            # The shim's own finish_update, which runs next, makes the dense update.
+            param.grad = grad.to_dense()
+            continue
         param.grad = None
 
 
