@@ -20,9 +20,10 @@ but zero outside the rows of the batch's tokens (about 1,500 of the
 encoder's 92,851 wordpieces per 1,000-character batch). thinc's Adam walks
 every element of the table, its moments and the clipping norm each step
 (143 ms for a 92,851 x 384 table on a 2-core machine, against 31 ms lazy:
-``scripts/bench_optimizer.py``; a joint training step takes about 1 s). A lazy parameter runs Adam on the rows whose gradient is
-non-zero only, as PyTorch's ``SparseAdam`` and TensorFlow's ``LazyAdam`` do:
-the rows of the batch get exactly thinc's update (same step count, bias
+``scripts/bench_optimizer.py``; a joint training step takes about 1 s). A
+lazy parameter runs Adam on the rows whose gradient is non-zero only, as
+PyTorch's ``SparseAdam`` and TensorFlow's ``LazyAdam`` do: the rows of the
+batch get exactly thinc's update (same step count, bias
 correction and clipping norm, since the zero rows add nothing to the norm);
 the other rows keep their moments and are not moved by them, which is the
 approximation. Decoupled weight decay and parameter averages still cover
@@ -215,8 +216,7 @@ class GroupedOptimizer(Optimizer):
         scale = lr_scale * group_scale
         decoupled = self.L2 != 0 and self.L2_is_weight_decay
         if self.is_lazy(key[1], weights):
-            decay_scale = scale if self.scale_weight_decay else lr_scale
-            return self._lazy_update(key, weights, gradient, scale, decay_scale)
+            return self._lazy_update(key, weights, gradient, *self._lazy_scales(key, lr_scale))
         if group_scale == 1.0 or not decoupled or self.scale_weight_decay:
             return super().__call__(key, weights, gradient, lr_scale=scale)
         # thinc would decay by lr * scale * L2: apply the update without decay,
@@ -280,12 +280,18 @@ class GroupedOptimizer(Optimizer):
             )
         if len(numpy.unique(rows)) != len(rows):
             raise ValueError(f"update_rows: {key[1]!r}: rows must be distinct (sum the duplicates first).")
+        nonzero = row_gradient.any(axis=1)
+        self._update_rows(
+            key, weights, rows[nonzero], row_gradient[nonzero], *self._lazy_scales(key, lr_scale)
+        )
+        return weights
+
+    def _lazy_scales(self, key: KeyT, lr_scale: float) -> Tuple[float, float]:
+        """The learning-rate scale of a lazy table and that of its weight decay
+        (the caller's only, unless ``scale_weight_decay``)."""
         _, group_scale = self.group_of(key[1])
         scale = lr_scale * group_scale
-        decay_scale = scale if self.scale_weight_decay else lr_scale
-        nonzero = row_gradient.any(axis=1)
-        self._update_rows(key, weights, rows[nonzero], row_gradient[nonzero], scale, decay_scale)
-        return weights
+        return scale, scale if self.scale_weight_decay else lr_scale
 
     def _update_rows(
         self,
