@@ -130,8 +130,7 @@ def main() -> None:
             if timed:
                 wall[name].append(time.perf_counter() - w0)
                 cpu[name].append(time.process_time() - c0)
-        done = i + 1
-        print(f"batch {done}/{len(stream)}" + ("" if timed else " (warm-up)"), flush=True)
+        print(f"batch {i + 1}/{len(stream)}" + ("" if timed else " (warm-up)"), flush=True)
     base = names[0]
     rows = {}
     print(f"\n{args.steps} timed steps per variant, {chars:,} characters, torch threads {torch.get_num_threads()}")

