@@ -21,6 +21,16 @@ if str(PROJECT_SCRIPTS) not in sys.path:
 CHARS = list("我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生")
 
 
+def load_script(path: Path):
+    """A script file (``scripts/``, ``project/scripts/``) as a module, without running its main."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Every test starts from the same random state (numpy, torch, random)."""

@@ -1,5 +1,4 @@
 """scripts/batch_fill.py: the padded positions of the encoder's batches, per batcher."""
-import importlib.util
 import math
 from pathlib import Path
 
@@ -8,17 +7,14 @@ import spacy
 from spacy.tokens import DocBin
 
 from _configs import write_ner_training_files
-from conftest import CHARS
+from conftest import CHARS, load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "batch_fill.py"
 
 
 @pytest.fixture(scope="module")
 def batch_fill():
-    spec = importlib.util.spec_from_file_location("batch_fill", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ Its figures are checked against an independent computation: spacy.load the
 saved pipeline, run each reference text through it, and count word and
 entity matches by character offsets.
 """
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,8 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_crf.optimizers import grouped_adam
+
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "evaluate_pipeline.py"
 
@@ -24,10 +25,7 @@ ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工�
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("evaluate_pipeline", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
