@@ -162,3 +162,46 @@ def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
             evaluate_all.main()
         assert exc.value.code == 2 and needle in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_cws_breaks_down_the_oov_words():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("_test_char_tagger")
+    refs = [word_doc(nlp.vocab, w) for w in WORDS]
+    oov = evaluate_cws(nlp, refs, iv_words={"张三", "北京", "去", "我"})["oov"]
+    # OOV: 上海 在 工作 今天 天气 好; 天气 is cut into 天|气 by "今天" of the lexicon
+    assert oov["oov_words"] == 6 and oov["oov_recall"] == pytest.approx(5 / 6)
+    assert oov["by_length"]["1"] == {"words": 2, "recall": 1.0}
+    assert oov["by_length"]["2"] == {"words": 4, "recall": 0.75}
+    assert oov["by_length"]["4+"] == {"words": 0, "recall": None}
+    assert oov["misses"] == {"split": 1, "split_into_iv": 0, "joined": 0}
+    assert oov["top_missed"] == [["天气", 1, "天|气"]]
+    assert evaluate_cws(nlp, refs)["scores"]["words_f"] > 0 and "oov" not in evaluate_cws(nlp, refs)
+
+
+def test_oov_breakdown_tells_split_from_joined_misses():
+    from spacy.training import Example
+    from oov import oov_breakdown, summary_lines, word_kind
+
+    vocab = spacy.blank("zh").vocab
+    pairs = [
+        (["李四", "在", "2024", "年", "，"], ["李", "四在", "2024年", "，"]),
+        (["北京大学", "好"], ["北京", "大学", "好"]),
+        (["北京大学"], ["北京大学"]),
+    ]
+    examples = [Example(word_doc(vocab, pred), word_doc(vocab, ref)) for ref, pred in pairs]
+    oov = oov_breakdown(examples, {"李", "在", "年", "北京", "大学", "好"}, spans_key=None)
+    # OOV: 李四 (split, one piece runs past it), 2024 (joined with 年), ， (found), 北京大学 (split
+    # into training words, then found)
+    assert oov["oov_words"] == 5 and oov["oov_recall"] == pytest.approx(2 / 5)
+    assert oov["misses"] == {"split": 2, "split_into_iv": 1, "joined": 1}
+    assert oov["by_kind"]["digits_latin"] == {"words": 1, "recall": 0.0}
+    assert oov["by_kind"]["other"] == {"words": 1, "recall": 1.0}
+    assert oov["by_kind"]["han"] == {"words": 3, "recall": pytest.approx(1 / 3)}
+    assert oov["by_length"]["4+"] == {"words": 3, "recall": pytest.approx(1 / 3)}
+    assert ["李四", 1, "李|四在"] in oov["top_missed"] and ["2024", 1, "2024年"] in oov["top_missed"]
+    assert ["北京大学", 1, "北京|大学"] in oov["top_missed"]
+    lines = summary_lines(oov)
+    assert "split 2 (into training words only: 1), joined 1" in lines[2]
+    assert [word_kind(w) for w in ("天气", "２０２４", "iPhone", "，", "3.5%")] == [
+        "han", "digits_latin", "digits_latin", "other", "digits_latin"]

@@ -35,6 +35,7 @@ from spacy_crf.util import OutputPathError, check_number, check_output_paths, ha
 from wasabi import msg
 
 from baselines import words_from_tags
+from oov import oov_breakdown, summary_lines
 
 TASKS = ("cws", "ner")
 
@@ -65,13 +66,18 @@ def _predict(nlp: Language, refs: List[Doc], batch_size: int, n_process: int = 1
 
 def evaluate_cws(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = None,
                  spans_key: str = "words", batch_size: int = 128) -> Dict[str, Any]:
-    """Word P/R/F (+ OOV/IV recall with ``iv_words``) of ``nlp`` on word-tokenized ``refs``."""
+    """Word P/R/F of ``nlp`` on word-tokenized ``refs``; with ``iv_words``
+    also OOV/IV recall and where the OOV words are lost (``oov``:
+    :func:`oov.oov_breakdown`)."""
     docs, speed = _predict(nlp, refs, batch_size)
     for doc in docs:
         if spans_key not in doc.spans and any(t.tag_ for t in doc):
             words_from_tags(doc, spans_key)
-    scores = score_words([Example(d, r) for d, r in zip(docs, refs)], spans_key=spans_key, iv_words=iv_words)
-    return {"scores": scores, "speed": speed}
+    examples = [Example(d, r) for d, r in zip(docs, refs)]
+    result = {"scores": score_words(examples, spans_key=spans_key, iv_words=iv_words), "speed": speed}
+    if iv_words is not None:
+        result["oov"] = oov_breakdown(examples, iv_words, spans_key=spans_key)
+    return result
 
 
 def evaluate_ner(nlp: Language, refs: List[Doc], batch_size: int = 128) -> Dict[str, Any]:
@@ -175,6 +181,9 @@ def evaluate_cli(
     keys = ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"] if task == "cws" else ["ents_p", "ents_r", "ents_f"]
     shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)
     typer.echo(f"{result['name']} on {split} ({data}): {shown}; {result['speed']['chars_per_s']} chars/s -> {output}")
+    if result.get("oov") and result["oov"]["oov_words"]:
+        for line in summary_lines(result["oov"]):
+            typer.echo(f"  {line}")
 
 
 if __name__ == "__main__":
