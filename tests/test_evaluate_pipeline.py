@@ -108,3 +108,32 @@ def test_keep_words_scores_every_entity_by_offsets(script, corpus):
     # so scoring them all by offsets gives the split policy's entity figures
     assert result["ents_all"]["ents_f"] == pytest.approx(split["ents"]["ents_f"])
     assert result["ents"]["ents_f"] <= result["ents_all"]["ents_f"] + 1e-9
+
+
+def test_merge_cuts_name_the_right_words_cut_at_entity_boundaries(script):
+    from spacy_crf.merge import merge_words
+
+    nlp = spacy.blank("zh")
+    # gold 美方 | 代表 | 在 | 北京 | 开会; the segmenter got 美方, 代表 and 在北京 (wrong), and
+    # the NER model found 美 (LOC, MSRA's standard) and 北京 (LOC): the merge cuts 美方, a right
+    # word, and makes 在 and 北京 right
+    text = "美方代表在北京开会"
+    doc = nlp.make_doc(text)
+    doc.spans["words"] = [doc[0:2], doc[2:4], doc[4:7], doc[7:9]]
+    doc.ents = [spacy.tokens.Span(doc, 0, 1, label="LOC"), spacy.tokens.Span(doc, 5, 7, label="LOC")]
+    merged = merge_words(doc, "words")
+    assert [t.text for t in merged] == ["美", "方", "代表", "在", "北京", "开会"]
+    gold = Doc(nlp.vocab, words=["美方", "代表", "在", "北京", "开会"], spaces=[False] * 5)
+    cuts = script.merge_cuts([Example(merged, gold)])
+    assert cuts == {"right_words_cut": 1, "by_label": {"LOC": 1}, "words_made_right": 2,
+                    "top": [["美方", 1, "美|方"]]}
+
+
+def test_merge_cuts_are_reported_with_the_scores(script, corpus):
+    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy")
+    cuts = result["merge_cuts"]
+    assert cuts["right_words_cut"] == sum(cuts["by_label"].values()) == sum(c for _, c, _ in cuts["top"])
+    # the merge's change in right words is what it made right less what it cut
+    n_gold = sum(len(words) for words in WORDS)
+    change = round((result["words"]["words_r"] - result["segmenter_words"]["words_r"]) * n_gold)
+    assert change == cuts["words_made_right"] - cuts["right_words_cut"]

@@ -20,7 +20,10 @@ send it; nothing from the reference reaches the pipeline.
 * entities: ``doc.ents`` against the reference entities, spaCy's
   ``ents_p/r/f`` and ``ents_per_type``;
 * for comparison, the segmenter's own words (the span group the merge step
-  started from) on the same run, so the cost of the merge is visible;
+  started from) on the same run, so the cost of the merge is visible, and
+  where it comes from (``merge_cuts``): the right words the merge cut at an
+  entity boundary, by the entity's label, the most frequent of them, and the
+  words it made right that way;
 * when the merge step keeps words and records entities that do not align
   with them in a span group (``entity_policy = "keep_words"``), also every
   entity by character offsets (``doc.ents`` plus that group): ``ents_all``.
@@ -32,7 +35,8 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from collections import Counter
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import spacy
 import srsly
@@ -42,7 +46,7 @@ from spacy.training import Example
 
 from spacy_crf.merge import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
 from spacy_crf.merge import char_entities
-from spacy_crf.scorers import score_words
+from spacy_crf.scorers import predicted_words, reference_words, score_words
 from spacy_crf.util import write_json_atomic
 
 
@@ -64,6 +68,31 @@ def run(nlp, refs: List[Doc], batch_size: int) -> Tuple[List[Doc], Dict[str, Any
     chars = sum(len(t) for t in texts)
     return docs, {"docs": len(texts), "chars": chars, "seconds": round(seconds, 2),
                   "chars_per_s": round(chars / seconds, 1) if seconds else None}
+
+
+def merge_cuts(examples: Iterable[Example], spans_key: str = "words", top: int = 20) -> Dict[str, Any]:
+    """What the merge did to the segmenter's words (``doc.spans[spans_key]``)
+    on the way to the tokens, against the reference words: ``right_words_cut``
+    (a right word that is no token), ``by_label`` (the label of the entity
+    with a boundary inside it), ``top`` (``[word, times, tokens]``), and
+    ``words_made_right`` (a reference word that is a token but was no
+    segmenter word)."""
+    cut: Counter = Counter()
+    labels: Counter = Counter()
+    shown: Dict[str, str] = {}
+    made_right = 0
+    for eg in examples:
+        doc, text = eg.predicted, eg.predicted.text
+        gold, segmenter, tokens = reference_words(eg.reference), predicted_words(doc, spans_key), reference_words(doc)
+        made_right += len((gold & tokens) - segmenter)
+        for start, end in sorted((gold & segmenter) - tokens):
+            word = text[start:end]
+            cut[word] += 1
+            inside = [e.label_ for e in doc.ents if start < e.start_char < end or start < e.end_char < end]
+            labels[inside[0] if inside else "(none)"] += 1
+            shown.setdefault(word, "|".join(t.text for t in doc if start <= t.idx < end))
+    return {"right_words_cut": sum(cut.values()), "by_label": dict(labels.most_common()),
+            "words_made_right": made_right, "top": [[w, c, shown[w]] for w, c in cut.most_common(top)]}
 
 
 def parse_overrides(items: List[str]) -> Dict[str, Any]:
@@ -92,9 +121,10 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
     word_docs, word_speed = run(nlp, word_refs, batch_size)
     word_examples = [Example(d, r) for d, r in zip(word_docs, word_refs)]
     tokens = score_words(word_examples, spans_key=None, iv_words=vocab_words)
-    segmenter = None
+    segmenter = cuts = None
     if all(spans_key in d.spans for d in word_docs):
         segmenter = score_words(word_examples, spans_key=spans_key, iv_words=vocab_words)
+        cuts = merge_cuts(word_examples, spans_key)
     ent_docs, ent_speed = run(nlp, ent_refs, batch_size)
     entities = get_ner_prf([Example(d, r) for d, r in zip(ent_docs, ent_refs)])
     all_entities = None
@@ -118,6 +148,7 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
         "limit": limit,
         "words": tokens,
         "segmenter_words": segmenter,
+        "merge_cuts": cuts,
         "ents": entities,
         "ents_all": all_entities,
         "speed": {"words_data": word_speed, "ents_data": ent_speed},
@@ -166,6 +197,12 @@ def main() -> None:
           + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
           + (f"; all entities (incl. unaligned) F {100 * result['ents_all']['ents_f']:.2f}" if result["ents_all"] else "")
           + f" -> {args.output}")
+    cuts = result["merge_cuts"]
+    if cuts and cuts["right_words_cut"]:
+        print(f"the merge cut {cuts['right_words_cut']} right words at entity boundaries ("
+              + ", ".join(f"{label} {n}" for label, n in cuts["by_label"].items())
+              + f") and made {cuts['words_made_right']} right; most cut: "
+              + ", ".join(f"{w} x{c} -> {t}" for w, c, t in cuts["top"][:10]))
 
 
 if __name__ == "__main__":
