@@ -1,0 +1,135 @@
+"""What each way of reconciling words and entities costs, from one run of a joint model.
+
+    python scripts/entity_policies.py training/joint/model-best \
+        corpus/sxu/dev.spacy corpus/msra/dev.spacy [--limit N] [--output OUT.json]
+
+The segmenter and the NER model disagree where an entity boundary falls inside
+a predicted word (SXU's words and MSRA's entities follow different standards,
+and both models err). A pipeline whose tokens are words must then give up one
+of them; the merge step (``crf_merge_words``) offers two ways, and spaCy's
+``Doc.char_span(alignment_mode="expand")`` suggests a third:
+
+* ``split`` (the merge's default): the word is cut at the entity boundary;
+  the entities stay as predicted, the words pay;
+* ``keep_words``: the word stays; ``doc.ents`` keeps only the entities that
+  line up with the words (the others go to a span group);
+* ``expand``: the word stays and the entity widens to the words it touches
+  (an entity that would then overlap an earlier one is dropped).
+
+MODEL is a pipeline that writes the segmenter's words (``doc.spans``) and the
+entities on character tokens, e.g. the joint training's ``model-best`` (a
+merge step in it is left out). Each reference text goes through the model
+once; every policy is computed from that output, so the figures differ only
+by the policy: word F on the word-tokenized file, entity F on the other.
+"""
+import argparse
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import spacy
+from spacy.scorer import PRFScore
+from spacy.tokens import Doc, DocBin
+
+from spacy_crf.scorers import predicted_words, reference_words
+from spacy_crf.util import write_json_atomic
+
+POLICIES = ("split", "keep_words", "expand")
+Entity = Tuple[int, int, str]
+
+
+def policy_words(doc: Doc, spans_key: str = "words") -> Dict[str, set]:
+    """The words of ``doc`` (character offsets) under each policy."""
+    words = sorted(predicted_words(doc, spans_key))
+    cuts = {b for e in doc.ents for b in (e.start_char, e.end_char)}
+    split = set()
+    for start, end in words:
+        bounds = [start] + sorted(b for b in cuts if start < b < end) + [end]
+        split.update(zip(bounds, bounds[1:]))
+    return {"split": split, "keep_words": set(words), "expand": set(words)}
+
+
+def policy_entities(doc: Doc, spans_key: str = "words") -> Dict[str, List[Entity]]:
+    """The entities of ``doc`` (offsets, label) under each policy."""
+    ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
+    word_of: Dict[int, Tuple[int, int]] = {}
+    for start, end in predicted_words(doc, spans_key):
+        for c in range(start, end):
+            word_of[c] = (start, end)
+    bounds = {b for w in word_of.values() for b in w}
+    aligned = [e for e in ents if e[0] in bounds and e[1] in bounds]
+    expanded, taken = [], set()
+    for start, end, label in ents:
+        start, end = word_of.get(start, (start,))[0], word_of.get(end - 1, (None, end))[1]
+        if taken.isdisjoint(range(start, end)):
+            taken.update(range(start, end))
+            expanded.append((start, end, label))
+    return {"split": ents, "keep_words": aligned, "expand": expanded}
+
+
+def _prf(counts: PRFScore) -> Dict[str, float]:
+    return {"p": counts.precision, "r": counts.recall, "f": counts.fscore}
+
+
+def score_policies(nlp, word_refs: List[Doc], ent_refs: List[Doc], spans_key: str = "words",
+                   batch_size: int = 128) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Word P/R/F on ``word_refs`` and entity P/R/F on ``ent_refs`` per policy,
+    with the segmenter's own words and the NER model's own entities as
+    ``model``."""
+    words = {p: PRFScore() for p in ("model",) + POLICIES}
+    ents = {p: PRFScore() for p in ("model",) + POLICIES}
+
+    def add(prf: PRFScore, gold: set, pred: set) -> None:
+        prf.tp += len(gold & pred)
+        prf.fp += len(pred - gold)
+        prf.fn += len(gold - pred)
+
+    for doc, ref in zip(nlp.pipe((r.text for r in word_refs), batch_size=batch_size), word_refs):
+        gold = reference_words(ref)
+        add(words["model"], gold, predicted_words(doc, spans_key))
+        for policy, pred in policy_words(doc, spans_key).items():
+            add(words[policy], gold, pred)
+    for doc, ref in zip(nlp.pipe((r.text for r in ent_refs), batch_size=batch_size), ent_refs):
+        gold = {(e.start_char, e.end_char, e.label_) for e in ref.ents}
+        add(ents["model"], gold, {(e.start_char, e.end_char, e.label_) for e in doc.ents})
+        for policy, pred in policy_entities(doc, spans_key).items():
+            add(ents[policy], gold, set(pred))
+    return {p: {"words": _prf(words[p]), "ents": _prf(ents[p])} for p in ("model",) + POLICIES}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="pipeline directory with the segmenter and the NER model")
+    p.add_argument("words", type=Path, help=".spacy docs whose tokens are the gold words")
+    p.add_argument("ents", type=Path, help=".spacy docs with gold entities")
+    p.add_argument("--spans-key", default="words", help="the segmenter's span group")
+    p.add_argument("--limit", type=int, default=0, help="first N docs of each file (0: all)")
+    p.add_argument("--output", type=Path, help="JSON file for the table")
+    args = p.parse_args()
+    if args.limit < 0:
+        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
+    for path in (args.words, args.ents):
+        if not path.is_file():
+            p.error(f"{path}: no such file")
+    nlp = spacy.load(args.model)
+    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
+        nlp.remove_pipe(name)  # the policies start from the words before any merge
+
+    def read(path: Path) -> List[Doc]:
+        docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
+        if not docs:
+            p.error(f"{path}: no docs")
+        return docs[: args.limit] if args.limit else docs
+
+    table = score_policies(nlp, read(args.words), read(args.ents), args.spans_key)
+    print("| policy | word F (P / R) | entity F (P / R) |\n|---|---|---|")
+    for policy, s in table.items():
+        w, e = s["words"], s["ents"]
+        print(f"| {policy} | {100 * w['f']:.2f} ({100 * w['p']:.2f} / {100 * w['r']:.2f}) "
+              f"| {100 * e['f']:.2f} ({100 * e['p']:.2f} / {100 * e['r']:.2f}) |")
+    if args.output:
+        write_json_atomic(args.output, {"model": str(args.model), "words": str(args.words), "ents": str(args.ents),
+                                        "limit": args.limit, "policies": table})
+
+
+if __name__ == "__main__":
+    main()
