@@ -68,3 +68,14 @@ def test_check_script_help_runs():
     result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
                             capture_output=True, text=True)
     assert result.returncode == 0 and "--limit" in result.stdout
+
+
+def test_a_training_seed_does_not_change_the_data():
+    # `spacy project run all|compare|ner-heads --vars.seed=1` reruns the corpus step; had the
+    # dev carve taken the training seed, seed 1 would train and score on other docs (and the
+    # seed-0 models of compare/ner-heads would be scored on docs they trained on)
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    corpus = next(c for c in project["commands"] if c["name"] == "corpus")
+    script = " ".join(corpus["script"])
+    assert "--seed ${vars.split_seed}" in script and "${vars.seed}" not in script
+    assert project["vars"]["split_seed"] == 0
