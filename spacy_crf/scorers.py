@@ -35,8 +35,9 @@ def reference_words(doc: Doc) -> Set[Tuple[int, int]]:
     return {(t.idx, t.idx + len(t)) for t in doc if not t.is_space}
 
 
-def _count(prf: PRFScore, gold: Set[Tuple[int, int]], pred: Set[Tuple[int, int]]) -> None:
-    """Add one doc's words (character offsets) to ``prf``."""
+def count_matches(prf: PRFScore, gold: Set[Tuple], pred: Set[Tuple]) -> None:
+    """Add one doc's gold and predicted items (words as character offsets,
+    entities as offsets and label) to ``prf``: exact matches are hits."""
     prf.tp += len(gold & pred)
     prf.fp += len(pred - gold)
     prf.fn += len(gold - pred)
@@ -69,7 +70,7 @@ def score_words(
             continue
         gold = reference_words(eg.reference)
         pred = predicted_words(eg.predicted, spans_key)
-        _count(prf, gold, pred)
+        count_matches(prf, gold, pred)
         if iv_words is not None:
             text = eg.reference.text
             for start, end in gold:
@@ -118,7 +119,7 @@ def score_bmes_tag_words(examples: Iterable[Example], **kwargs: Any) -> Dict[str
     prf = PRFScore()
     for eg in examples:
         gold = tagged_words(eg.reference) if eg.reference.has_annotation("TAG") else reference_words(eg.reference)
-        _count(prf, gold, tagged_words(eg.predicted))
+        count_matches(prf, gold, tagged_words(eg.predicted))
     scores.update(_words_prf(prf))
     return scores
 

@@ -46,7 +46,7 @@ from spacy.training import Example
 
 from spacy_crf.merge import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
 from spacy_crf.merge import char_entities
-from spacy_crf.scorers import predicted_words, reference_words, score_words
+from spacy_crf.scorers import count_matches, predicted_words, reference_words, score_words
 from spacy_crf.util import write_json_atomic
 
 
@@ -132,10 +132,7 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
         prf = PRFScore()
         for doc, ref in zip(ent_docs, ent_refs):
             pred = {(s, e, label) for s, e, label, _, _ in char_entities(doc, UNALIGNED)}
-            gold = {(e.start_char, e.end_char, e.label_) for e in ref.ents}
-            prf.tp += len(pred & gold)
-            prf.fp += len(pred - gold)
-            prf.fn += len(gold - pred)
+            count_matches(prf, {(e.start_char, e.end_char, e.label_) for e in ref.ents}, pred)
         all_entities = {"ents_p": prf.precision, "ents_r": prf.recall, "ents_f": prf.fscore,
                         "unaligned_key": UNALIGNED,
                         "unaligned": sum(len(d.spans[UNALIGNED]) for d in ent_docs if UNALIGNED in d.spans)}
