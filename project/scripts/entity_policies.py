@@ -30,33 +30,39 @@ import spacy
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, DocBin
 
-from spacy_crf.scorers import predicted_words, reference_words
+from spacy_crf.merge import merge_words
+from spacy_crf.scorers import count_matches, predicted_words, reference_words
 from spacy_crf.util import write_json_atomic
 
 POLICIES = ("split", "keep_words", "expand")
 Entity = Tuple[int, int, str]
 
 
+def _merged(doc: Doc, spans_key: str, policy: str) -> Doc:
+    """``doc`` through the merge step under ``policy`` (on a copy: keep_words
+    writes its span group onto a doc it has nothing to merge in)."""
+    return merge_words(doc.copy(), spans_key, entity_policy=policy)
+
+
 def policy_words(doc: Doc, spans_key: str = "words") -> Dict[str, set]:
-    """The words of ``doc`` (character offsets) under each policy."""
-    words = sorted(predicted_words(doc, spans_key))
-    cuts = {b for e in doc.ents for b in (e.start_char, e.end_char)}
-    split = set()
-    for start, end in words:
-        bounds = [start] + sorted(b for b in cuts if start < b < end) + [end]
-        split.update(zip(bounds, bounds[1:]))
-    return {"split": split, "keep_words": set(words), "expand": set(words)}
+    """The words of ``doc`` (character offsets) under each policy: the merge
+    step's tokens under ``split`` and ``keep_words``; ``expand`` keeps the
+    words as ``keep_words`` does."""
+    kept = reference_words(_merged(doc, spans_key, "keep_words"))
+    return {"split": reference_words(_merged(doc, spans_key, "split")), "keep_words": kept, "expand": kept}
 
 
 def policy_entities(doc: Doc, spans_key: str = "words") -> Dict[str, List[Entity]]:
-    """The entities of ``doc`` (offsets, label) under each policy."""
+    """The entities of ``doc`` (offsets, label) under each policy: ``split``
+    keeps them all (the merge step guarantees it), ``keep_words`` those left
+    in the merge step's ``doc.ents``, ``expand`` each widened to the words it
+    touches."""
     ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents]
+    aligned = [(e.start_char, e.end_char, e.label_) for e in _merged(doc, spans_key, "keep_words").ents]
     word_of: Dict[int, Tuple[int, int]] = {}
     for start, end in predicted_words(doc, spans_key):
         for c in range(start, end):
             word_of[c] = (start, end)
-    bounds = {b for w in word_of.values() for b in w}
-    aligned = [e for e in ents if e[0] in bounds and e[1] in bounds]
     expanded, taken = [], set()
     for start, end, label in ents:
         start, end = word_of.get(start, (start,))[0], word_of.get(end - 1, (None, end))[1]
@@ -78,21 +84,16 @@ def score_policies(nlp, word_refs: List[Doc], ent_refs: List[Doc], spans_key: st
     words = {p: PRFScore() for p in ("model",) + POLICIES}
     ents = {p: PRFScore() for p in ("model",) + POLICIES}
 
-    def add(prf: PRFScore, gold: set, pred: set) -> None:
-        prf.tp += len(gold & pred)
-        prf.fp += len(pred - gold)
-        prf.fn += len(gold - pred)
-
     for doc, ref in zip(nlp.pipe((r.text for r in word_refs), batch_size=batch_size), word_refs):
         gold = reference_words(ref)
-        add(words["model"], gold, predicted_words(doc, spans_key))
+        count_matches(words["model"], gold, predicted_words(doc, spans_key))
         for policy, pred in policy_words(doc, spans_key).items():
-            add(words[policy], gold, pred)
+            count_matches(words[policy], gold, pred)
     for doc, ref in zip(nlp.pipe((r.text for r in ent_refs), batch_size=batch_size), ent_refs):
         gold = {(e.start_char, e.end_char, e.label_) for e in ref.ents}
-        add(ents["model"], gold, {(e.start_char, e.end_char, e.label_) for e in doc.ents})
+        count_matches(ents["model"], gold, {(e.start_char, e.end_char, e.label_) for e in doc.ents})
         for policy, pred in policy_entities(doc, spans_key).items():
-            add(ents[policy], gold, set(pred))
+            count_matches(ents[policy], gold, set(pred))
     return {p: {"words": _prf(words[p]), "ents": _prf(ents[p])} for p in ("model",) + POLICIES}
 
 
