@@ -51,7 +51,6 @@ def oov_breakdown(examples: Iterable[Example], iv_words: Set[str], spans_key: Op
     by length and kind, the misses by type, and the ``top`` most frequent
     missed words as ``[word, misses, predicted]`` (``predicted``: the
     predicted words over it, ``|`` between them)."""
-    total, found = Counter(), Counter()
     by_length, found_length, by_kind, found_kind = Counter(), Counter(), Counter(), Counter()
     misses: Counter = Counter()
     missed: Counter = Counter()
@@ -68,11 +67,9 @@ def oov_breakdown(examples: Iterable[Example], iv_words: Set[str], spans_key: Op
                 continue
             hit = (start, end) in pred
             length, kind = _length(word), word_kind(word)
-            total["oov"] += 1
             by_length[length] += 1
             by_kind[kind] += 1
             if hit:
-                found["oov"] += 1
                 found_length[length] += 1
                 found_kind[kind] += 1
                 continue
@@ -85,10 +82,10 @@ def oov_breakdown(examples: Iterable[Example], iv_words: Set[str], spans_key: Op
                 misses["joined"] += 1
             missed[word] += 1
             shown.setdefault(word, "|".join(text[s:e] for s, e in over))
-    n = total["oov"]
+    n = sum(by_length.values())
     return {
         "oov_words": n,
-        "oov_recall": found["oov"] / n if n else None,
+        "oov_recall": sum(found_length.values()) / n if n else None,
         "by_length": _recall_table(LENGTHS, by_length, found_length),
         "by_kind": _recall_table(KINDS, by_kind, found_kind),
         "misses": {k: misses[k] for k in ("split", "split_into_iv", "joined")},
