@@ -130,3 +130,9 @@ def test_cli_writes_the_results_and_names_what_is_wrong(script, trained, tmp_pat
     with pytest.raises(SystemExit):
         script.main()
     assert "no bmes crf_tagger" in capsys.readouterr().err
+
+
+def test_tables_print_a_dash_for_the_recall_of_no_words(script, capsys):
+    scores = {"words_p": 0.5, "words_r": 0.25, "words_f": 1 / 3, "words_oov_recall": None, "words_iv_recall": 0.25}
+    script.print_tables({"boundary_bias": [{"bias": 0.0, **scores}], "entity_joins": [], "stock_pieces": None})
+    assert "| +0 | 33.33 (50.00 / 25.00) | – | 25.00 |" in capsys.readouterr().out

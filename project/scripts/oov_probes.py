@@ -206,9 +206,13 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
     return result
 
 
+def _pct(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"  # recall of no words (none OOV, or none IV)
+
+
 def _row(name: str, s: Dict) -> str:
-    return (f"| {name} | {100 * s['words_f']:.2f} ({100 * s['words_p']:.2f} / {100 * s['words_r']:.2f}) "
-            f"| {100 * s['words_oov_recall']:.2f} | {100 * s['words_iv_recall']:.2f} |")
+    return (f"| {name} | {_pct(s['words_f'])} ({_pct(s['words_p'])} / {_pct(s['words_r'])}) "
+            f"| {_pct(s['words_oov_recall'])} | {_pct(s['words_iv_recall'])} |")
 
 
 def print_tables(result: Dict) -> None:
