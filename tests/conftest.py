@@ -31,6 +31,30 @@ def load_script(path: Path):
     return module
 
 
+def half_trained_pipeline(words, ents, updates: int = 4):
+    """A blank ``zh`` segmenter + NER + merge pipeline after a few updates on
+    ``words`` (lists of gold words) and ``ents`` ((text, [(start, end, label)])):
+    some words and entities right, some wrong. Returns it with the word and
+    entity reference docs."""
+    import spacy
+    from spacy.tokens import Doc
+    from spacy.training import Example
+
+    from spacy_crf.optimizers import grouped_adam
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes"})
+    nlp.add_pipe("crf_tagger", name="crf_ner", config={"scheme": "bioes"})
+    nlp.add_pipe("crf_merge_words", name="merge_words")
+    word_refs = [Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in words]
+    ent_refs = [Example.from_dict(nlp.make_doc(t), {"entities": e}).reference for t, e in ents]
+    examples = [Example(nlp.make_doc(r.text), r) for r in word_refs + ent_refs]
+    optimizer = nlp.initialize(lambda: examples, sgd=grouped_adam(1e-2, crf_lr_multiplier=10))
+    for _ in range(updates):
+        nlp.update(examples, sgd=optimizer)
+    return nlp, word_refs, ent_refs
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Every test starts from the same random state (numpy, torch, random)."""

@@ -11,9 +11,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_crf.optimizers import grouped_adam
-
-from conftest import load_script
+from conftest import half_trained_pipeline, load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "evaluate_pipeline.py"
 
@@ -32,16 +30,7 @@ def script():
 def corpus(tmp_path_factory):
     """A saved segmenter + NER + merge pipeline and two .spacy reference files."""
     path = tmp_path_factory.mktemp("evaluate_pipeline")
-    nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes"})
-    nlp.add_pipe("crf_tagger", name="crf_ner", config={"scheme": "bioes"})
-    nlp.add_pipe("crf_merge_words", name="merge_words")
-    word_refs = [Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in WORDS]
-    ent_refs = [Example.from_dict(nlp.make_doc(t), {"entities": e}).reference for t, e in ENTS]
-    examples = [Example(nlp.make_doc(r.text), r) for r in word_refs + ent_refs]
-    optimizer = nlp.initialize(lambda: examples, sgd=grouped_adam(1e-2, crf_lr_multiplier=10))
-    for _ in range(4):  # a half-trained model: some words and entities right, some wrong
-        nlp.update(examples, sgd=optimizer)
+    nlp, word_refs, ent_refs = half_trained_pipeline(WORDS, ENTS)
     nlp.to_disk(path / "pipeline")
     DocBin(docs=word_refs).to_disk(path / "words.spacy")
     DocBin(docs=ent_refs).to_disk(path / "ents.spacy")

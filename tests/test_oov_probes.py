@@ -9,10 +9,9 @@ import srsly
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_crf.optimizers import grouped_adam
 from spacy_crf.scorers import predicted_words, score_words
 
-from conftest import load_script
+from conftest import half_trained_pipeline, load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "oov_probes.py"
 WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
@@ -30,16 +29,7 @@ def script():
 def trained(tmp_path_factory):
     """A half-trained segmenter + NER + merge pipeline, its dev and training words."""
     path = tmp_path_factory.mktemp("oov_probes")
-    nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes"})
-    nlp.add_pipe("crf_tagger", name="crf_ner", config={"scheme": "bioes"})
-    nlp.add_pipe("crf_merge_words", name="merge_words")
-    word_refs = [Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in WORDS]
-    ent_refs = [Example.from_dict(nlp.make_doc(t), {"entities": e}).reference for t, e in ENTS]
-    examples = [Example(nlp.make_doc(r.text), r) for r in word_refs + ent_refs]
-    optimizer = nlp.initialize(lambda: examples, sgd=grouped_adam(1e-2, crf_lr_multiplier=10))
-    for _ in range(4):
-        nlp.update(examples, sgd=optimizer)
+    nlp, word_refs, _ = half_trained_pipeline(WORDS, ENTS)
     nlp.to_disk(path / "pipeline")
     DocBin(docs=[Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in DEV]).to_disk(path / "dev.spacy")
     DocBin(docs=word_refs).to_disk(path / "train.spacy")
