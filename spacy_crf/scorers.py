@@ -6,6 +6,8 @@ bakeoff definition). Entities and tags use spaCy's own scorers so that the
 keys (``ents_p/r/f``, ``ents_per_type``, ``tag_acc``) and their maths match
 every other spaCy pipeline.
 """
+import warnings
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from spacy.scorer import PRFScore, Scorer, get_ner_prf
@@ -13,6 +15,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
+from .corpora.sighan import read_word_set
 from .schemes import BMES_TAGS, tags_to_spans
 from .util import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
@@ -151,6 +154,39 @@ def make_crf_scorer() -> Callable:
 @registry.scorers("spacy_crf.words_scorer.v1")
 def make_words_scorer() -> Callable:
     return score_words
+
+
+@registry.scorers("spacy_crf.words_scorer.v2")
+def make_words_scorer_v2(iv_words: Optional[Path] = None) -> Callable:
+    """:func:`score_words`; with ``iv_words`` (the training words: a
+    word-tokenized ``.spacy`` corpus or a one-word-a-line list, see
+    :func:`spacy_crf.corpora.read_word_set`) also ``words_oov_recall`` and
+    ``words_iv_recall`` at every evaluation, so that a training log shows
+    the OOV recall rise or fall with the steps.
+
+    The list is read at the first scoring, not when the pipeline is built:
+    a trained pipeline whose config names it loads anywhere. Where the file
+    is missing at that point, a warning names it and only P/R/F are scored.
+    """
+    if iv_words is None:
+        return score_words
+    cache: Dict[str, Optional[Set[str]]] = {}
+
+    def words() -> Optional[Set[str]]:
+        if "words" not in cache:
+            if Path(iv_words).exists():
+                cache["words"] = read_word_set(iv_words)
+            else:
+                warnings.warn(f"spacy_crf.words_scorer.v2: the training word list {str(iv_words)!r} does not exist "
+                              "(relative to the working directory); OOV and IV recall are not scored")
+                cache["words"] = None
+        return cache["words"]
+
+    def score(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
+        kwargs.pop("iv_words", None)
+        return score_words(examples, iv_words=words(), **kwargs)
+
+    return score
 
 
 @registry.scorers("spacy_crf.ents_scorer.v1")

@@ -66,6 +66,8 @@ def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, t
         'pipeline = ["transformer", "crf_tagger"]', 'pipeline = ["transformer", "segmenter", "crf_tagger"]')
     segmenter = cfg[cfg.index("[components.crf_tagger]"):].replace("crf_tagger]", "segmenter]").replace(
         "crf_tagger.model", "segmenter.model").replace('scheme = "bioes"', 'scheme = "bmes"')
+    # trained as configs/joint.cfg scores it: OOV recall against a project file
+    segmenter += '\n[components.segmenter.scorer]\n@scorers = "spacy_crf.words_scorer.v2"\niv_words = "corpus/train.spacy"\n'
     joint = spacy.util.load_model_from_config(Config().from_str(cfg + segmenter), auto_fill=True, validate=True)
     examples = [Example(joint.make_doc("".join(w)), word_doc(joint.vocab, w)) for w in WORDS]
     for text, ents in NER_DATA:
@@ -76,6 +78,10 @@ def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, t
 
     nlp = assemble(tmp_path / "joint")
     assert nlp.pipe_names == ["transformer", "segmenter", "crf_ner", "merge_words"]
+    # the shipped pipeline does not name the project's training words
+    assert dict(nlp.config["components"]["segmenter"]["scorer"]) == {"@scorers": "spacy_crf.words_scorer.v1"}
+    nlp.to_disk(tmp_path / "pipeline")
+    assert "corpus/train.spacy" not in (tmp_path / "pipeline" / "config.cfg").read_text(encoding="utf8")
     assert sorted(nlp.get_pipe("transformer").listening_components) == ["crf_ner", "segmenter"]
     texts = ["张三去上海", "我在北京工作", ""]
     with nlp.select_pipes(disable=["merge_words"]):

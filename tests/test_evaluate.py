@@ -7,21 +7,13 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
-from evaluate import evaluate, evaluate_cli, evaluate_cws, load_word_set
+from evaluate import evaluate, evaluate_cli, evaluate_cws
 
 from _configs import WORDS
 
 
 def word_doc(vocab, words):
     return Doc(vocab, words=words, spaces=[False] * len(words))
-
-
-def test_load_word_set_from_spacy_and_list(tmp_path):
-    nlp = spacy.blank("zh")
-    DocBin(docs=[word_doc(nlp.vocab, w) for w in WORDS]).to_disk(tmp_path / "train.spacy")
-    assert load_word_set(tmp_path / "train.spacy") == {w for ws in WORDS for w in ws}
-    (tmp_path / "words.utf8").write_text("北京\n上海\n", encoding="utf8")
-    assert load_word_set(tmp_path / "words.utf8") == {"北京", "上海"}
 
 
 @spacy.Language.component("_test_char_tagger")

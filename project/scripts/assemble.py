@@ -40,6 +40,7 @@ from spacy.language import Language
 from wasabi import msg
 
 from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_output_paths
+from spacy_crf.scorers import score_words
 
 # The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
@@ -107,6 +108,11 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
         # the pipe's cfg wins over config.cfg when a saved pipeline loads: set both
         nlp.config["components"]["segmenter"]["respect_ents"] = True
         nlp.get_pipe("segmenter").cfg["respect_ents"] = True
+    # The training word list that words_scorer.v2 scores OOV recall against
+    # (configs/joint.cfg) is a project file: the shipped pipeline must not
+    # name it, or `spacy evaluate` of the package warns that it is missing.
+    nlp.get_pipe_config("segmenter")["scorer"] = {"@scorers": "spacy_crf.words_scorer.v1"}
+    nlp.get_pipe("segmenter").scorer = score_words
     spans_key = nlp.get_pipe("segmenter").cfg.get("spans_key", "words")
     policy = "keep_words" if words == "keep_words" else "split"
     nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key, "entity_policy": policy})

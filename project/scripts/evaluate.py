@@ -29,7 +29,7 @@ from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_crf.corpora import read_word_list
+from spacy_crf.corpora import read_word_set
 from spacy_crf.scorers import score_words
 from spacy_crf.util import OutputPathError, check_number, check_output_paths, hardware, write_json_atomic
 from wasabi import msg
@@ -38,18 +38,6 @@ from baselines import words_from_tags
 from oov import oov_breakdown, summary_lines
 
 TASKS = ("cws", "ner")
-
-
-def load_word_set(path: Path) -> Set[str]:
-    """A dictionary of words: a ``.spacy`` file of word-tokenized docs (its
-    tokens), or a one-word-a-line list (:func:`spacy_crf.corpora.read_word_list`)."""
-    path = Path(path)
-    if path.suffix == ".spacy":
-        words: Set[str] = set()
-        for doc in DocBin().from_disk(path).get_docs(spacy.blank("zh").vocab):
-            words.update(t.text for t in doc if not t.is_space)
-        return words
-    return read_word_list(path)
 
 
 def _predict(nlp: Language, refs: List[Doc], batch_size: int, n_process: int = 1):
@@ -119,7 +107,7 @@ def evaluate(task: str, model: Path, data: Path, *, words: Optional[Path] = None
     if limit:
         refs = refs[:limit]
     if task == "cws":
-        iv = load_word_set(words) if words else None
+        iv = read_word_set(words) if words else None
         if iv is not None and not iv:
             raise ValueError(f"{words}: no words (empty dictionary)")
         result = evaluate_cws(nlp, refs, iv)

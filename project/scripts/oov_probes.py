@@ -39,6 +39,7 @@ from spacy.training import Example
 from spacy.util import minibatch
 
 from spacy_crf import model as crf_model
+from spacy_crf.corpora import read_word_set
 from spacy_crf.pipe import CRFTagger
 from spacy_crf.scorers import predicted_words, reference_words, score_words
 from spacy_crf.util import write_json_atomic
@@ -260,7 +261,7 @@ def main() -> None:
         nlp.remove_pipe(name)  # the probes start from the segmenter's own words
     refs = list(DocBin().from_disk(args.data).get_docs(nlp.vocab))
     refs = refs[: args.limit] if args.limit else refs
-    iv_words = {t.text for doc in DocBin().from_disk(args.words).get_docs(nlp.vocab) for t in doc if not t.is_space}
+    iv_words = read_word_set(args.words)
     if not refs or not iv_words:
         p.error(f"{args.data if not refs else args.words}: no docs")
     try:

@@ -27,10 +27,10 @@ from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.training import Example
 
+from spacy_crf.corpora import read_word_set
 from spacy_crf.scorers import score_words
 from spacy_crf.util import hardware
 
-from evaluate import load_word_set
 from study_measures import record_run
 from study_report import load_records, write_report
 
@@ -73,7 +73,7 @@ def run(
     mult_list = [float(m) for m in multipliers.split(",")]
     runs_dir = out_dir / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    iv_words = load_word_set(word_list) if word_list else None
+    iv_words = read_word_set(word_list) if word_list else None
     schedules = {depth: (max_steps, warmup_steps) for depth in depths}
     for item in depth_steps:
         depth, _, steps = item.partition("=")

@@ -57,12 +57,13 @@ from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import MENTIONS_KEY, read_cluener
 from .convert import FORMATS, convert_corpus, corpus_counts, read_corpus
 from .readers import CharCorpus, JointCorpus, create_char_corpus_reader, create_joint_corpus_reader
-from .sighan import read_sighan, read_word_list
+from .sighan import read_sighan, read_word_list, read_word_set
 from .split import CUT_KINDS, SplitError, carve_dev, split_long
 
 __all__ = [
     "CUT_KINDS", "FORMATS", "MENTIONS_KEY", "CharCorpus", "CorpusFormatError", "CorpusWarning", "JointCorpus",
     "PathLike", "SplitError", "carve_dev", "char_tokenizer", "convert_corpus", "corpus_counts",
     "create_char_corpus_reader", "create_joint_corpus_reader", "doc_source", "read_char_bio", "read_char_bmes",
-    "read_cluener", "read_corpus", "read_sighan", "read_weibo", "read_word_list", "split_long",
+    "read_cluener", "read_corpus", "read_sighan", "read_weibo", "read_word_list", "read_word_set",
+    "split_long",
 ]

@@ -2,11 +2,13 @@
 spaces (``sighan``), and the ``*_training_words.utf8`` dictionaries."""
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Iterator, Optional, Set
 
-from spacy.tokens import Doc
+from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
+from ..util import has_gold_words
 from .base import CorpusFormatError, PathLike, _describe_char, _iter_lines, _tag_source
 
 _SPACE_RUN = re.compile(r" +")
@@ -65,4 +67,18 @@ def read_word_list(path: PathLike, *, stats: Optional[Counter] = None) -> Set[st
         if line in words:
             stats["duplicate_words"] += 1
         words.add(line)
+    return words
+
+
+def read_word_set(path: PathLike) -> Set[str]:
+    """The training words of a segmenter, against which OOV recall is scored:
+    the tokens of a ``.spacy`` file of word-tokenized docs (its docs without
+    gold words skipped), or a one-word-a-line list (:func:`read_word_list`)."""
+    path = Path(path)
+    if path.suffix != ".spacy":
+        return read_word_list(path)
+    words: Set[str] = set()
+    for doc in DocBin().from_disk(path).get_docs(Vocab()):
+        if has_gold_words(doc):
+            words.update(t.text for t in doc if not t.is_space)
     return words
