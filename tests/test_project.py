@@ -64,6 +64,21 @@ def test_softmax_head_differs_from_the_crf_model_only_in_head_and_rate():
     assert config(crf) == config(softmax) == "../configs/joint.cfg"
 
 
+def test_compare_reuses_the_shipped_run():
+    # compare-joint-crf copies train-joint's output (--reuse) only if the recipe is the same:
+    # both commands must pass the same options, the timed logger included
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    script = {c["name"]: c["script"][0].split() for c in project["commands"]}
+    shipped, compare = script["train-joint"], script["compare-joint-crf"]
+    reuse = compare.index("--reuse")
+    assert compare[reuse + 1] == shipped[shipped.index("../configs/joint.cfg") + 1]
+    drop_output = lambda argv: [a for i, a in enumerate(argv) if i != argv.index("../configs/joint.cfg") + 1]  # noqa: E731
+    assert drop_output(compare[:reuse] + compare[reuse + 2:]) == drop_output(shipped)
+    assert "crf_project.TimedConsoleLogger.v1" in shipped
+    workflow = project["workflows"]["all"]
+    assert workflow.index("train-joint") < workflow.index("training-curve") < workflow.index("evaluate")
+
+
 def test_check_script_help_runs():
     result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
                             capture_output=True, text=True)
