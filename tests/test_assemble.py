@@ -166,6 +166,7 @@ def test_words_policy_is_saved_with_the_pipeline(trained_dirs, tmp_path, words):
         ["transformer", "segmenter", "crf_ner", "merge_words"]
     assert loaded.pipe_names == order
     assert loaded.get_pipe("segmenter").cfg.get("respect_ents", False) == (words == "respect_ents")
+    assert loaded.config["components"]["segmenter"]["respect_ents"] == (words == "respect_ents")  # config.cfg says so too
     assert loaded.get_pipe("merge_words").entity_policy == ("keep_words" if words == "keep_words" else "split")
     texts = ["张三去上海", "我在北京工作", "北京大学在北京", ""]
     for text, doc in zip(texts, loaded.pipe(texts)):

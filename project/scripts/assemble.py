@@ -106,7 +106,8 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
                  **({"before": "segmenter"} if words == "respect_ents" else {}))
     if words == "respect_ents":
         # the pipe's cfg wins over config.cfg when a saved pipeline loads: set both
-        nlp.config["components"]["segmenter"]["respect_ents"] = True
+        # (nlp.config is rebuilt at each access; the pipe's own config is kept)
+        nlp.get_pipe_config("segmenter")["respect_ents"] = True
         nlp.get_pipe("segmenter").cfg["respect_ents"] = True
     # The training word list that words_scorer.v2 scores OOV recall against
     # (configs/joint.cfg) is a project file: the shipped pipeline must not
