@@ -171,8 +171,11 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
             segmenter.set_annotations(docs, ids)
             for doc, ref in zip(docs, batch):
                 by_bias[bias].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))
-        # the model's own output, for the entity and piece probes
-        segmenter.set_annotations(docs, segmenter.predict(docs))
+        # the model's own output, for the entity and piece probes: what segmenter.predict
+        # decodes, from the emissions already computed (it would run the emission layer again)
+        own = crf_model.decode(segmenter.model, emissions, segmenter.constraints, masks) if emissions else \
+            segmenter.predict(docs)  # no tokens at all: predict gives each doc its empty tags
+        segmenter.set_annotations(docs, own)
         for proc in after:
             docs = list(proc.pipe(docs))
         for doc, ref in zip(docs, batch):
