@@ -62,13 +62,13 @@ def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path), "--readme", str(readme)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
-    assert "| 3L | 3 | 0.0003 | 0.5 | 200 | 5.0 | 10.0 | 90.50 | 60.25 |" in text
-    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 20.0 | 40.0 | 94.00 | 80.00 |" in text
+    assert "| 3L | 3 | 0.0003 | 0.5 | 200 | 5.0 | 10.0 | 90.50 | – | 60.25 |" in text  # OOV recall not logged
+    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 20.0 | 40.0 | 94.00 | – | 80.00 |" in text
     assert "| 3L | 3 | 0.0003 | 0.5 | 0 |" not in text  # the untrained step-0 row is left out
     # the variant sorts beside its depth; too few points for a fit is said, not guessed
     assert text.index("| 3L |") < text.index("| 3L-ents70 |") < text.index("| 12L |")
-    assert ("| 12L | 94.00 (step 200, 40 CPU min) | 80.00 (step 200, 40 CPU min) | 200 | – | – (too few points) |"
-            in text)
+    assert ("| 12L | 94.00 (step 200, 40 CPU min) | – | 80.00 (step 200, 40 CPU min) | 200 | – | – (too few points) | "
+            "– (not logged while training) | – (too few points) |" in text)
     assert (tmp_path / "metrics" / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 12L | 12 | 0.0001 | 0.5 | 200 |" in readme.read_text(encoding="utf8")
 
@@ -164,9 +164,31 @@ def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_conf
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
     assert "`12L` stopped at step 200 of 400" in text
-    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 21.7 | 21.7 | 90.00 | 60.00 |" in text
+    assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 21.7 | 21.7 | 90.00 | – | 60.00 |" in text
     assert "| 3L | 96.00 (OOV 80.0) / 86.00 |" not in text  # the step column comes first
     assert "| 1,600 | 96.00 (OOV 80.0) / 86.00 | reached |" in text
     # entities: slope -0.5 from the subset fit; error 14 -> 9 from model-best at 80 CPU-minutes
     minutes = 80 * (9 / 14) ** (1 / -0.5)
     assert f"~{minutes:,.0f} CPU min (full dev)" in text
+
+
+def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
+    """words_scorer.v2 logs OOV recall at every evaluation: a column, a best
+    cell and a target cell that says a falling recall never gets there."""
+    _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0)])
+    run = tmp_path / "training" / "curve" / "3L"
+    oov = [(200, 600, 90.0, 77.0, 60.0), (400, 1200, 93.0, 78.5, 70.0), (600, 1800, 94.0, 78.0, 75.0),
+           (800, 2400, 95.0, 77.5, 78.0)]
+    srsly.write_jsonl(run / "train_log.times.jsonl", [
+        {"step": s, "seconds": c, "cpu_seconds": c, "threads": 2,
+         "scores": {"words_f": w, "words_oov_recall": o, "words_iv_recall": 99.0, "ents_f": e}}
+        for s, c, w, o, e in oov])
+    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
+    assert "| 3L | 3 | 0.0003 | 0.5 | 400 | 20.0 | 20.0 | 93.00 | 78.50 | 70.00 |" in text
+    assert "| 78.50 (step 400, 20 CPU min) |" in text
+    assert "points per doubling; not on this line (flat or falling) |" in text
+    assert "SXU OOV recall 80.0" in text
+    data = srsly.read_json(tmp_path / "metrics" / "curve.json")
+    assert [p["words_oov_recall"] for p in data["runs"]["3L"]["points"]] == [77.0, 78.5, 78.0, 77.5]
