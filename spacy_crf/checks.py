@@ -13,6 +13,7 @@ import srsly
 from spacy import util
 from thinc.api import Model, get_array_module
 
+from .lexicon import Lexicon
 from .model import END, START, TRANSITIONS
 from .schemes import SchemeError
 
@@ -120,10 +121,20 @@ def load_from_disk(pipe, path: Path, exclude: Iterable[str]):
             raise ValueError(f"[{pipe.name}] cannot load {where}: its 'model' file (the weights) is missing.")
         _load_model(pipe, p.read_bytes(), f"the weights file {str(p)!r}")
 
+    def load_lexicon(p: Path) -> None:
+        words = None
+        if p.exists():
+            try:
+                words = srsly.read_msgpack(p)
+            except Exception as e:
+                raise ValueError(f"[{pipe.name}] cannot read the lexicon {str(p)!r}: {e}") from None
+        _load_lexicon(pipe, words, where)
+
     deserialize = {
         "cfg": load_cfg,
         "vocab": lambda p: pipe.vocab.from_disk(p, exclude=exclude),
         "model": load_model,
+        "lexicon": load_lexicon,
     }
     util.from_disk(path, deserialize, exclude)
     _check_loaded(pipe, where)
@@ -150,6 +161,12 @@ def load_from_bytes(pipe, bytes_data: bytes, exclude: Iterable[str]):
         pipe.vocab.from_bytes(msg["vocab"], exclude=exclude)
     if "model" not in exclude:
         _load_model(pipe, msg["model"], "the weights in the bytes")
+    if "lexicon" not in exclude:
+        try:
+            words = srsly.msgpack_loads(msg["lexicon"]) if "lexicon" in msg else None
+        except Exception as e:
+            raise ValueError(f"[{pipe.name}] cannot load from bytes: unreadable lexicon ({e})") from None
+        _load_lexicon(pipe, words, where)
     _check_loaded(pipe, where)
     return pipe
 
@@ -159,6 +176,26 @@ def _load_cfg(pipe, cfg, where: str) -> None:
         raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg has no 'labels' "
                          "(the tag set the weights were trained with).")
     pipe.cfg.update(cfg)
+
+
+def _load_lexicon(pipe, words, where: str) -> None:
+    """Restore the lexicon the cfg announces (``lexicon_size`` words), or none."""
+    expected = pipe.cfg.get("lexicon_size", 0)
+    if not expected:
+        pipe.lexicon = None
+        return
+    if words is None:
+        raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg announces a lexicon of {expected} "
+                         "words, but the 'lexicon' file is missing.")
+    if not isinstance(words, list) or len(words) != expected:
+        found = len(words) if isinstance(words, list) else type(words).__name__
+        raise ValueError(f"[{pipe.name}] cannot load {where}: its lexicon has {found} words, "
+                         f"its cfg says {expected}: the files are from different saves.")
+    lexicon = Lexicon(words)
+    if len(lexicon) != expected:
+        raise ValueError(f"[{pipe.name}] cannot load {where}: its lexicon holds {expected - len(lexicon)} "
+                         "unusable entries (shorter than two characters, or with whitespace).")
+    pipe.lexicon = lexicon
 
 
 def _load_model(pipe, data: bytes, what: str) -> None:

@@ -18,6 +18,12 @@ are kept by ``bio``/``bioes`` and decoded around; with ``respect_ents`` a
 ``bmes`` segmenter puts a word boundary at every entity boundary. Gold tags
 come from spaCy's alignment (:mod:`spacy_crf.gold`).
 
+A ``bmes`` segmenter can carry a lexicon (:mod:`spacy_crf.lexicon`): words
+from outside the training data whose occurrences bias decoding towards
+keeping them whole, with ``lexicon_weight``. It is set by ``initialize``
+(``lexicon``, ``lexicon_weight``) or :meth:`CRFTagger.set_lexicon`, and
+saved with the pipe.
+
 Training (``update``) checks the loss and the gradients of this component:
 a NaN or infinite value raises a :class:`NonFiniteError` naming the
 component and the batch, or with ``on_nonfinite = "skip"`` skips the batch
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
+import srsly
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 from spacy import util
@@ -45,6 +52,7 @@ from . import checks, forced
 from . import model as crf_model
 from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
 from .guarded import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from .lexicon import Lexicon
 from .gold import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
 from .schemes import (
     SchemeError,
@@ -93,7 +101,11 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
             "max_batch_items": max_batch_items,
             "on_nonfinite": on_nonfinite,
             "respect_ents": bool(respect_ents),
+            # set with a lexicon (set_lexicon); the words are saved beside the cfg
+            "lexicon_weight": 0.0,
+            "lexicon_size": 0,
         }
+        self.lexicon: Optional[Lexicon] = None
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
         crf_model.install_fork_hook()
 
@@ -160,7 +172,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]
         self._require_initialized("predict")
-        scores = self.model.predict(docs)
+        scores = self.emission_scores(docs)
         return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
 
     def predict_marginals(self, docs: Iterable[Doc], *, respect_preset: bool = False) -> List[Floats2d]:
@@ -175,9 +187,45 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]
         self._require_initialized("predict_marginals")
-        scores = self.model.predict(docs)
+        scores = self.emission_scores(docs)
         masks = [self.tag_mask(doc, preset=respect_preset) for doc in docs]
         return crf_model.marginals(self.model, scores, self.constraints, masks)
+
+    def emission_scores(self, docs: List[Doc]) -> List[Floats2d]:
+        """The scores decoding starts from: the model's emissions
+        ``[len(doc), n_tags]`` per doc, plus the lexicon's prior if the pipe
+        has a lexicon and a non-zero ``lexicon_weight``."""
+        scores = self.model.predict(docs)
+        weight = self.cfg.get("lexicon_weight", 0.0)
+        if self.lexicon is None or not weight:
+            return scores
+        tags = self.tags
+        ops = self.model.ops
+        return [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight)) for s, doc in zip(scores, docs)]
+
+    def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
+        """Decode with a lexicon (scheme ``bmes`` only): each occurrence of one
+        of ``words`` (two or more characters) in a doc adds ``weight`` to its
+        B/M/E emission scores (:mod:`spacy_crf.lexicon`). The model is not
+        changed, and training never sees the prior. ``words=None`` removes
+        the lexicon. Tune ``weight`` on dev data; it is saved with the
+        words."""
+        if self.scheme != "bmes":
+            raise ValueError(f"[{self.name}] a lexicon applies to scheme 'bmes' (word segmentation), "
+                             f"not {self.scheme!r}.")
+        weight = float(weight)
+        if not numpy.isfinite(weight) or weight < 0:
+            raise ValueError(f"[{self.name}] lexicon_weight must be a finite number >= 0, got {weight}.")
+        if words is None:
+            self.lexicon = None
+            self.cfg.update(lexicon_weight=0.0, lexicon_size=0)
+            return
+        lexicon = words if isinstance(words, Lexicon) else Lexicon(words)
+        if not len(lexicon):
+            raise ValueError(f"[{self.name}] the lexicon has no word of two or more characters "
+                             "without whitespace.")
+        self.lexicon = lexicon
+        self.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
 
     def tag_mask(self, doc: Doc, *, preset: bool = True) -> Optional[numpy.ndarray]:
         """Tags allowed at each token of ``doc`` when decoding: bool
@@ -236,6 +284,8 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         *,
         nlp: Optional[Language] = None,
         labels: Optional[Sequence[str]] = None,
+        lexicon: Optional[Iterable[str]] = None,
+        lexicon_weight: float = 1.0,
     ) -> None:
         """Set the labels and the model's shapes.
 
@@ -243,7 +293,16 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
             ``[initialize.components.NAME.labels]``; they are the labels, as in
             spaCy. Unset: the labels found in the examples plus those added
             with :meth:`add_label` before. Leave unset for "bmes".
+        lexicon: "bmes" only: words for :meth:`set_lexicon`, e.g.
+            ``[initialize.components.NAME.lexicon]`` with
+            ``@readers = "spacy_crf.read_lexicon.v1"``. Unset: no lexicon.
+        lexicon_weight: the lexicon's weight (tune it on dev data).
         """
+        if lexicon is not None:
+            try:
+                self.set_lexicon(lexicon, lexicon_weight)
+            except ValueError as e:
+                raise ValueError(f"{e} (initialize: lexicon)") from None
         examples = list(islice(get_examples(), 1000))
         if not examples and labels is None:
             raise ValueError(
@@ -299,6 +358,31 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         return TransitionTable(self.tags, transitions, start, end, self.constraints)
 
     # --- serialization --------------------------------------------------------
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Save cfg, vocab and weights as spaCy's pipes do, and the lexicon's
+        words (if any) in the file ``lexicon``."""
+        self._validate_serialization_attrs()
+        serialize = {
+            "cfg": lambda p: srsly.write_json(p, self.cfg),
+            "vocab": lambda p: self.vocab.to_disk(p, exclude=exclude),
+            "model": lambda p: self.model.to_disk(p),
+        }
+        if self.lexicon is not None:
+            serialize["lexicon"] = lambda p: srsly.write_msgpack(p, sorted(self.lexicon.words))
+        util.to_disk(path, serialize, exclude)
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """:meth:`to_disk` as bytes."""
+        self._validate_serialization_attrs()
+        serialize = {
+            "cfg": lambda: srsly.json_dumps(self.cfg),
+            "vocab": lambda: self.vocab.to_bytes(exclude=exclude),
+            "model": self.model.to_bytes,
+        }
+        if self.lexicon is not None:
+            serialize["lexicon"] = lambda: srsly.msgpack_dumps(sorted(self.lexicon.words))
+        return util.to_bytes(serialize, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
         """Load the pipe from a directory, checking that it is whole: the cfg

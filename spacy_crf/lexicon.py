@@ -1,0 +1,109 @@
+"""A word list as a decoding prior for a ``bmes`` segmenter.
+
+A segmenter trained on one corpus knows that corpus's words. Words it never
+saw (OOV) it tends to cut into pieces it knows. A lexicon from outside the
+training data (e.g. a general dictionary) says where such words may be: each
+occurrence in a doc of a lexicon word of two or more tokens adds ``weight``
+to the emission score of ``B`` at its first token, ``M`` inside and ``E`` at
+its last, before Viterbi decoding. Overlapping occurrences add up, and the
+CRF still decides: the prior tips close calls, it forces nothing.
+
+The bias is applied at prediction only (``CRFTagger.predict``,
+``predict_marginals``), never to the scores the model is trained on: the
+emission layer would learn to cancel a constant it sees in training. Tune
+``weight`` on a dev set (the project's ``lexicon-tune`` command).
+"""
+from pathlib import Path
+from typing import Iterable, List, Sequence, Tuple, Union
+
+import numpy
+from thinc.types import Floats2d
+from spacy.tokens import Doc
+from spacy.util import registry
+
+#: A word of the lexicon found in a doc: [start, end) in tokens.
+TokenSpan = Tuple[int, int]
+
+
+class Lexicon:
+    """A set of words of at least two characters, without whitespace."""
+
+    def __init__(self, words: Iterable[str]) -> None:
+        kept = set()
+        for word in words:
+            if not isinstance(word, str):
+                raise ValueError(f"lexicon: a word must be a string, got {word!r}")
+            if len(word) >= 2 and not any(ch.isspace() for ch in word):
+                kept.add(word)
+        self.words = frozenset(kept)
+        self.max_length = max((len(w) for w in self.words), default=0)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.words
+
+    def matches(self, doc: Doc) -> List[TokenSpan]:
+        """Every occurrence of a lexicon word in ``doc`` as token spans of two
+        or more tokens, overlapping ones included. A span never crosses
+        whitespace (a space token, or a token followed by a space)."""
+        texts = [t.text for t in doc]
+        blocked = [t.is_space for t in doc]
+        followed_by_space = [bool(t.whitespace_) for t in doc]
+        found: List[TokenSpan] = []
+        for start in range(len(texts)):
+            if blocked[start] or followed_by_space[start]:
+                continue
+            text = texts[start]
+            for end in range(start + 1, len(texts)):
+                if blocked[end]:
+                    break
+                text += texts[end]
+                if len(text) > self.max_length:
+                    break
+                if text in self.words:
+                    found.append((start, end + 1))
+                if followed_by_space[end]:
+                    break
+        return found
+
+    def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float) -> Floats2d:
+        """The prior added to ``doc``'s emission scores: float32
+        ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order)."""
+        columns = {tag: i for i, tag in enumerate(tags)}
+        missing = [t for t in "BME" if t not in columns]
+        if missing:
+            raise ValueError(f"lexicon: the tags {list(tags)} lack {missing}: a lexicon needs the bmes scheme")
+        bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
+        for start, end in self.matches(doc):
+            bias[start, columns["B"]] += weight
+            bias[start + 1:end - 1, columns["M"]] += weight
+            bias[end - 1, columns["E"]] += weight
+        return bias
+
+
+@registry.readers("spacy_crf.read_lexicon.v1")
+def read_lexicon(path: Union[str, Path]) -> List[str]:
+    """The words of a lexicon file, for ``[initialize.components.NAME.lexicon]``.
+
+    UTF-8, one word per line; what follows the first whitespace on a line is
+    ignored, so a dictionary of ``word frequency tag`` lines (jieba's
+    ``dict.txt``) reads as it is. Blank lines are skipped. Words shorter than
+    two characters are read but not used (see :class:`Lexicon`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"lexicon {str(path)!r}: no such file")
+    words: List[str] = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"lexicon {str(path)!r}, line {line_no}: not UTF-8 ({e.reason})") from None
+            fields = line.split()
+            if fields:
+                words.append(fields[0].lstrip("\ufeff"))
+    if not words:
+        raise ValueError(f"lexicon {str(path)!r}: no words (one word per line)")
+    return words

@@ -1,0 +1,207 @@
+"""A lexicon as a decoding prior of a bmes segmenter (spacy_crf.lexicon and
+CRFTagger.set_lexicon): where it matches, what it adds to the emissions,
+that it changes decoding only, and that it is saved with the pipe."""
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Config
+
+from spacy_crf.lexicon import Lexicon, read_lexicon
+
+from _configs import NER_DATA, WORDS, crf_model_config
+
+SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
+BMES = ["B", "M", "E", "S"]
+
+
+def seg_examples(nlp):
+    return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_WORDS]
+
+
+@pytest.fixture(scope="module")
+def segmenter_nlp():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
+    examples = seg_examples(nlp)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(40):
+        nlp.update(examples, sgd=optimizer)
+    assert words(nlp("张三去上海")) == ["张三", "去", "上海"]
+    return nlp
+
+
+def words(doc):
+    return [s.text for s in doc.spans["words"]]
+
+
+@pytest.fixture
+def nlp(segmenter_nlp):
+    segmenter_nlp.get_pipe("segmenter").set_lexicon(None)
+    yield segmenter_nlp
+    segmenter_nlp.get_pipe("segmenter").set_lexicon(None)
+
+
+# --- matching and the prior ------------------------------------------------------
+
+
+def test_matches_every_occurrence_of_two_or_more_characters():
+    nlp = spacy.blank("zh")
+    lexicon = Lexicon(["上海", "海市", "上海市", "市", "不在文中"])
+    assert len(lexicon) == 4 and "市" not in lexicon  # one character: no prior to give
+    assert lexicon.matches(nlp.make_doc("去上海市")) == [(1, 3), (1, 4), (2, 4)]  # overlaps included
+    assert lexicon.matches(nlp.make_doc("")) == []
+
+
+def test_matches_never_cross_whitespace():
+    nlp = spacy.blank("zh")
+    lexicon = Lexicon(["上海", "海市"])
+    doc = nlp.make_doc("上 海市")
+    assert [t.text for t in doc] == ["上", "海", "市"] and doc[0].whitespace_ == " "
+    assert lexicon.matches(doc) == [(1, 3)]
+    doc = Doc(nlp.vocab, words=["上", "  ", "海", "市"], spaces=[False] * 4)  # a space token
+    assert lexicon.matches(doc) == [(2, 4)]
+    assert len(Lexicon(["上 海", "上\t海"])) == 0  # whitespace inside a word: never matchable
+
+
+def test_emission_bias_adds_b_m_e_per_occurrence():
+    nlp = spacy.blank("zh")
+    doc = nlp.make_doc("去上海市")
+    bias = Lexicon(["上海市", "海市"]).emission_bias(doc, BMES, 2.0)
+    assert bias.dtype == numpy.float32 and bias.shape == (4, 4)
+    expected = numpy.zeros((4, 4), dtype="f")
+    expected[1, 0] += 2  # 上海市: B 上, M 海, E 市
+    expected[2, 1] += 2
+    expected[3, 2] += 2
+    expected[2, 0] += 2  # 海市: B 海, E 市
+    expected[3, 2] += 2
+    numpy.testing.assert_array_equal(bias, expected)
+    with pytest.raises(ValueError, match="needs the bmes scheme"):
+        Lexicon(["上海"]).emission_bias(doc, ["B-LOC", "I-LOC", "O"], 1.0)
+
+
+def test_read_lexicon(tmp_path):
+    path = tmp_path / "dict.txt"
+    path.write_text("\ufeff上海市 3 ns\n\n海市 2\n去\n", encoding="utf-8")  # jieba's format, a BOM
+    assert read_lexicon(path) == ["上海市", "海市", "去"]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("上海\n".encode("utf-8") + b"\xff\xfe x\n")
+    with pytest.raises(ValueError, match=r"bad.txt', line 2: not UTF-8"):
+        read_lexicon(bad)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="empty.txt': no words"):
+        read_lexicon(empty)
+    with pytest.raises(ValueError, match="missing.txt': no such file"):
+        read_lexicon(tmp_path / "missing.txt")
+
+
+# --- the segmenter with a lexicon -----------------------------------------------
+
+
+def test_lexicon_keeps_its_words_whole(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.set_lexicon(["去上海"], weight=0.0)
+    assert words(nlp("张三去上海")) == ["张三", "去", "上海"]  # weight 0: the model's own words
+    segmenter.set_lexicon(["去上海"], weight=50.0)
+    doc = nlp("张三去上海")
+    assert doc.text == "张三去上海"
+    assert words(doc) == ["张三", "去上海"]
+    assert words(nlp("我在北京工作")) == ["我", "在", "北京", "工作"]  # no match: unchanged
+    marginals = segmenter.predict_marginals([nlp.make_doc("张三去上海")])[0]
+    assert marginals[2].argmax() == 0  # 去 is B: the confidences see the prior too
+    segmenter.set_lexicon(None)
+    assert words(nlp("张三去上海")) == ["张三", "去", "上海"]
+    assert segmenter.cfg["lexicon_size"] == 0 and segmenter.lexicon is None
+
+
+def test_emission_scores_are_the_model_plus_the_prior(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    docs = [nlp.make_doc("张三去上海"), nlp.make_doc("我在北京")]
+    plain = segmenter.model.predict(docs)
+    segmenter.set_lexicon(["去上海", "北京"], weight=1.5)
+    shifted = segmenter.emission_scores(docs)
+    for doc, before, after in zip(docs, plain, shifted):
+        numpy.testing.assert_allclose(after - before, segmenter.lexicon.emission_bias(doc, segmenter.tags, 1.5))
+
+
+def test_training_never_sees_the_prior(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    examples = seg_examples(nlp)
+    without = segmenter.update(examples, sgd=None, losses={})[segmenter.name]
+    segmenter.set_lexicon(["去上海", "张三去"], weight=50.0)
+    with_lexicon = segmenter.update(examples, sgd=None, losses={})[segmenter.name]
+    assert with_lexicon == pytest.approx(without)
+
+
+def test_bad_lexicon_settings_are_refused(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    with pytest.raises(ValueError, match=r"\[segmenter\] lexicon_weight must be a finite number >= 0"):
+        segmenter.set_lexicon(["上海"], weight=-1)
+    with pytest.raises(ValueError, match=r"\[segmenter\] lexicon_weight must be a finite number >= 0"):
+        segmenter.set_lexicon(["上海"], weight=float("nan"))
+    with pytest.raises(ValueError, match="no word of two or more characters"):
+        segmenter.set_lexicon(["上", "海"])
+    ner = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match="a lexicon applies to scheme 'bmes'"):
+        ner.set_lexicon(["上海"])
+
+
+def test_lexicon_is_saved_with_the_pipe(nlp, tmp_path):
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.set_lexicon(["去上海", "上海市"], weight=50.0)
+    nlp.to_disk(tmp_path / "p")
+    assert sorted(spacy.util.srsly.read_msgpack(tmp_path / "p" / "segmenter" / "lexicon")) == ["上海市", "去上海"]
+    for loaded in (spacy.load(tmp_path / "p"), spacy.blank("zh").from_config(nlp.config).from_bytes(nlp.to_bytes())):
+        seg = loaded.get_pipe("segmenter")
+        assert seg.cfg["lexicon_weight"] == 50.0 and seg.lexicon.words == {"去上海", "上海市"}
+        assert words(loaded("张三去上海")) == ["张三", "去上海"]
+    # saved without a lexicon: none on load, and no stale file read
+    segmenter.set_lexicon(None)
+    nlp.to_disk(tmp_path / "q")
+    assert not (tmp_path / "q" / "segmenter" / "lexicon").exists()
+    assert spacy.load(tmp_path / "q").get_pipe("segmenter").lexicon is None
+
+
+def test_a_missing_lexicon_file_is_named(nlp, tmp_path):
+    nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
+    nlp.to_disk(tmp_path / "p")
+    (tmp_path / "p" / "segmenter" / "lexicon").unlink()
+    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*segmenter.*lexicon of 1 words.*missing"):
+        spacy.load(tmp_path / "p")
+
+
+def test_initialize_reads_the_lexicon_from_the_config(tmp_path):
+    path = tmp_path / "dict.txt"
+    path.write_text("去上海 5 v\n上海市 3 ns\n", encoding="utf-8")
+    config = Config().from_str(f"""
+[nlp]
+lang = "zh"
+pipeline = ["segmenter"]
+
+[components]
+
+[components.segmenter]
+factory = "crf_segmenter"
+
+[initialize]
+
+[initialize.components]
+
+[initialize.components.segmenter]
+lexicon_weight = 2.5
+
+[initialize.components.segmenter.lexicon]
+@readers = "spacy_crf.read_lexicon.v1"
+path = "{path.as_posix()}"
+""")
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    nlp.initialize(lambda: seg_examples(nlp))
+    segmenter = nlp.get_pipe("segmenter")
+    assert segmenter.lexicon.words == {"去上海", "上海市"} and segmenter.cfg["lexicon_weight"] == 2.5
+    ner_nlp = spacy.blank("zh")
+    ner_nlp.add_pipe("crf_ner", config={"model": crf_model_config()})
+    examples = [Example.from_dict(ner_nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    with pytest.raises(ValueError, match=r"\[crf_ner\] a lexicon applies to scheme 'bmes'.*initialize: lexicon"):
+        ner_nlp.get_pipe("crf_ner").initialize(lambda: examples, lexicon=["上海"])
