@@ -193,3 +193,40 @@ def test_quantized_assembly(trained_dirs, tmp_path):
     assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
     with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16"):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="int4")
+
+
+def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
+    from assemble import lexicon_weight_from
+
+    words_file = tmp_path / "words.txt"
+    words_file.write_text("今天天气\n工作日\n", encoding="utf-8")
+    plain = assemble(trained_dirs / "cws", trained_dirs / "ner")
+    assert plain.meta["lexicon"] is None and plain.get_pipe("segmenter").lexicon is None
+    nlp = assemble(trained_dirs / "cws", trained_dirs / "ner", lexicon=words_file, lexicon_weight=50.0)
+    assert nlp.meta["lexicon"] == {"file": "words.txt", "words": 2, "weight": 50.0}
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    seg = loaded.get_pipe("segmenter")
+    assert seg.lexicon.words == {"今天天气", "工作日"} and seg.cfg["lexicon_weight"] == 50.0
+    doc = loaded("今天天气好")
+    assert doc.text == "今天天气好" and "今天天气" in [s.text for s in doc.spans["words"]]
+    plain_doc = plain("今天天气好")
+    assert "今天天气" not in [s.text for s in plain_doc.spans["words"]]  # the prior did it
+    # weight 0 ships no lexicon
+    assert assemble(trained_dirs / "cws", trained_dirs / "ner", lexicon=words_file,
+                    lexicon_weight=0.0).get_pipe("segmenter").lexicon is None
+    # the CLI's weight: given, or the one lexicon_tune.py chose
+    tuning = tmp_path / "lexicon.json"
+    tuning.write_text('{"chosen": {"weight": 1.25, "words_f": 0.97}}', encoding="utf-8")
+    assert lexicon_weight_from(words_file, None, tuning) == 1.25
+    assert lexicon_weight_from(words_file, 2.0, None) == 2.0
+    assert lexicon_weight_from(None, None, None) == 0.0
+    for args, message in [((words_file, None, None), "needs --lexicon-weight or --lexicon-tuning"),
+                          ((None, 1.0, None), "need --lexicon"),
+                          ((words_file, 1.0, tuning), "not both"),
+                          ((words_file, -1.0, None), "must be >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            lexicon_weight_from(*args)
+    tuning.write_text('{"weights": []}', encoding="utf-8")
+    with pytest.raises(ValueError, match="lexicon.json': no chosen weight"):
+        lexicon_weight_from(words_file, None, tuning)

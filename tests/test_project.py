@@ -77,6 +77,9 @@ def test_compare_reuses_the_shipped_run():
     assert "crf_project.TimedConsoleLogger.v1" in shipped
     workflow = project["workflows"]["all"]
     assert workflow.index("train-joint") < workflow.index("training-curve") < workflow.index("evaluate")
+    # the lexicon's weight is tuned on the trained model, before the pipeline is assembled with it
+    assert workflow.index("lexicon") < workflow.index("lexicon-tune") < workflow.index("assemble")
+    assert workflow.index("train-joint") < workflow.index("lexicon-tune")
 
 
 def test_check_script_help_runs():

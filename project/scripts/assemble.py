@@ -28,6 +28,12 @@ Where a predicted word and an entity disagree (``--words``):
   then takes every entity boundary as a forced word boundary, so the rest of
   the sentence is segmented around the entities and nothing needs splitting.
 
+``--lexicon WORDS.txt`` gives the segmenter a lexicon (a general word list,
+``scripts/lexicon.py``) that biases decoding towards keeping its words whole
+(:mod:`spacy_crf.lexicon`), with the weight that ``scripts/lexicon_tune.py``
+chose on dev (``--lexicon-tuning metrics/lexicon.json``) or ``--lexicon-weight``.
+The words are saved in the pipeline; weight 0 ships no lexicon.
+
 ``--quantize qint8|float16`` stores the encoder's linear layers as int8 or float16
 (:func:`spacy_crf.quantize.quantize_pipeline`), for faster CPU inference.
 """
@@ -35,10 +41,12 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 import spacy
+import srsly
 import typer
 from spacy.language import Language
 from wasabi import msg
 
+from spacy_crf.lexicon import read_lexicon
 from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_output_paths
 from spacy_crf.scorers import score_words
 
@@ -76,7 +84,8 @@ def _owns_listeners(nlp: Language, component: str) -> None:
 
 def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "crf_pipeline",
              version: str = "0.1.0", segmenter: Optional[str] = None, ner: Optional[str] = None,
-             words: str = "split", quantize: str = "none") -> Language:
+             words: str = "split", quantize: str = "none", lexicon: Optional[Path] = None,
+             lexicon_weight: float = 0.0) -> Language:
     """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs).
 
     cws_model: a joint model (segmenter + NER tagger on one transformer), or
@@ -85,6 +94,8 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     words: what happens where a word and an entity disagree (``WORD_POLICIES``).
     quantize: "qint8" (int8) or "float16" dynamic quantization of the encoder's
         linear layers (:func:`spacy_crf.quantize.quantize_pipeline`); "none".
+    lexicon: a word list for the segmenter's decoding (``read_lexicon``),
+        used with ``lexicon_weight`` > 0.
     """
     if words not in WORD_POLICIES:
         raise ValueError(f"words must be one of {', '.join(WORD_POLICIES)}, not {words!r}")
@@ -114,6 +125,11 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     # name it, or `spacy evaluate` of the package warns that it is missing.
     nlp.get_pipe_config("segmenter")["scorer"] = {"@scorers": "spacy_crf.words_scorer.v1"}
     nlp.get_pipe("segmenter").scorer = score_words
+    lexicon_meta = None
+    if lexicon is not None and lexicon_weight > 0:
+        seg = nlp.get_pipe("segmenter")
+        seg.set_lexicon(read_lexicon(lexicon), weight=lexicon_weight)
+        lexicon_meta = {"file": Path(lexicon).name, "words": len(seg.lexicon), "weight": lexicon_weight}
     spans_key = nlp.get_pipe("segmenter").cfg.get("spans_key", "words")
     policy = "keep_words" if words == "keep_words" else "split"
     nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key, "entity_policy": policy})
@@ -130,10 +146,33 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
                     {"name": "crf_ner", "path": str(ner_model or cws_model)}],
         "words_and_entities": words,
         "quantized": None if quantize == "none" else quantize,
+        "lexicon": lexicon_meta,
         "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
         "performance": {},
     })
     return nlp
+
+
+def lexicon_weight_from(lexicon: Optional[Path], weight: Optional[float], tuning: Optional[Path]) -> float:
+    """The lexicon weight of the CLI: ``--lexicon-weight``, or the weight
+    ``lexicon_tune.py`` chose (``--lexicon-tuning``); 0 without ``--lexicon``."""
+    if weight is not None and tuning is not None:
+        raise ValueError("give --lexicon-weight or --lexicon-tuning, not both")
+    if lexicon is None:
+        if weight or tuning is not None:
+            raise ValueError("--lexicon-weight and --lexicon-tuning need --lexicon (the word list)")
+        return 0.0
+    if tuning is not None:
+        try:
+            weight = float(srsly.read_json(tuning)["chosen"]["weight"])
+        except Exception as e:
+            raise ValueError(f"--lexicon-tuning {str(tuning)!r}: no chosen weight in it "
+                             f"(a lexicon_tune.py output?): {type(e).__name__}: {e}") from None
+    if weight is None:
+        raise ValueError("--lexicon needs --lexicon-weight or --lexicon-tuning")
+    if not weight >= 0:
+        raise ValueError(f"the lexicon weight must be >= 0, got {weight}")
+    return weight
 
 
 def save_pipeline(nlp: Language, output: Path, *, inputs=(), force: bool = False) -> Path:
@@ -159,6 +198,9 @@ def assemble_cli(
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"),
     words: str = typer.Option("split", "--words", help="Where a word and an entity disagree: split | keep_words | respect_ents (see the module docs)"),
     quantize: str = typer.Option("none", "--quantize", help="none | qint8 | float16: dynamic quantization of the encoder's linear layers (faster CPU inference)"),
+    lexicon: Optional[Path] = typer.Option(None, "--lexicon", exists=True, dir_okay=False, help="Word list for the segmenter's decoding (scripts/lexicon.py's words.txt)"),
+    lexicon_weight: Optional[float] = typer.Option(None, "--lexicon-weight", help="The lexicon's weight (0: no lexicon)"),
+    lexicon_tuning: Optional[Path] = typer.Option(None, "--lexicon-tuning", exists=True, dir_okay=False, help="scripts/lexicon_tune.py's JSON: its chosen weight"),
 ) -> None:
     """Put the segmenter and the NER tagger into one pipeline and save it.
 
@@ -170,13 +212,17 @@ def assemble_cli(
         # checked before the (slow) models are loaded, and again when saving
         check_output_paths([model, ner_model], [], output_dirs=[output])
         check_output_dir(output, marker="meta.json", force=force)
-        nlp = assemble(model, ner_model, name=name, version=version, words=words, quantize=quantize)
+        weight = lexicon_weight_from(lexicon, lexicon_weight, lexicon_tuning)
+        nlp = assemble(model, ner_model, name=name, version=version, words=words, quantize=quantize,
+                       lexicon=lexicon, lexicon_weight=weight)
         texts = ["张三在北京大学工作。"]
         doc = nlp(texts[0])
         save_pipeline(nlp, output, inputs=[model, ner_model], force=force)
     except (OutputPathError, ValueError) as err:
         msg.fail(str(err), exits=1)
     typer.echo(f"pipeline {nlp.pipe_names} -> {output}")
+    if nlp.meta["lexicon"]:
+        typer.echo(f"  segmenter lexicon: {nlp.meta['lexicon']['words']:,} words, weight {weight:g}")
     typer.echo(f"  {[t.text for t in doc]}  ents={[(e.text, e.label_) for e in doc.ents]}")
 
 

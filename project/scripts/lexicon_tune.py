@@ -1,0 +1,136 @@
+"""Tune the weight of the segmenter's lexicon on dev data.
+
+    python scripts/lexicon_tune.py MODEL DEV.spacy --words TRAIN.spacy --lexicon lexicon/words.txt \
+        [--weights 0,0.5,1,1.25,1.5,2,3] [--limit N] --output metrics/lexicon.json
+
+MODEL's ``bmes`` segmenter decodes DEV (word-tokenized docs) once per
+weight, with the lexicon's prior (:mod:`spacy_crf.lexicon`) scaled by it;
+weight 0 is the model alone. Each weight is scored as ``score_words`` scores
+the model: word P/R/F, and OOV and IV recall against the training words
+(``--words``). The chosen weight has the highest word F (the smaller one on
+a tie); ``assemble.py --lexicon-tuning`` ships it. The emission layer runs
+once per doc; only decoding is repeated.
+
+Writes OUTPUT (JSON) and a table beside it (same name, ``.md``).
+"""
+import argparse
+from pathlib import Path
+from typing import Dict, List, Sequence, Set
+
+import spacy
+import srsly
+from spacy.language import Language
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from spacy.util import minibatch
+from tqdm import tqdm
+
+from spacy_crf import model as crf_model
+from spacy_crf.corpora import read_word_set
+from spacy_crf.lexicon import Lexicon, read_lexicon
+from spacy_crf.scorers import predicted_words, score_words
+from spacy_crf.util import write_json_atomic
+
+from oov_probes import find_segmenter, with_words
+
+DEFAULT_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0)
+
+
+def tune(nlp: Language, refs: List[Doc], iv_words: Set[str], lexicon: Lexicon, weights: Sequence[float], *,
+         spans_key: str = "words", batch_size: int = 128) -> Dict:
+    """Score every weight on ``refs``; the rows and the chosen one."""
+    seg_name, segmenter = find_segmenter(nlp, spans_key)
+    names = nlp.pipe_names
+    before = [nlp.get_pipe(n) for n in names[: names.index(seg_name)]]
+    tags = segmenter.tags
+    by_weight: Dict[float, List[Example]] = {w: [] for w in weights}
+    matched = 0
+    for batch in tqdm(list(minibatch(refs, size=batch_size)), desc="lexicon weights", unit="batch", leave=False):
+        docs = [nlp.make_doc(ref.text) for ref in batch]
+        for proc in before:
+            docs = list(proc.pipe(docs))
+        if not any(len(doc) for doc in docs):
+            continue
+        masks = [segmenter.tag_mask(doc) for doc in docs]
+        emissions = segmenter.model.predict(docs)  # the model alone: no prior yet
+        priors = [segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0)) for doc in docs]
+        matched += sum(len(lexicon.matches(doc)) for doc in docs)
+        for weight in weights:
+            ids = crf_model.decode(segmenter.model, [e + weight * p for e, p in zip(emissions, priors)],
+                                   segmenter.constraints, masks)
+            segmenter.set_annotations(docs, ids)
+            for doc, ref in zip(docs, batch):
+                by_weight[weight].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))
+    rows = [{"weight": w, **score_words(by_weight[w], spans_key=spans_key, iv_words=iv_words)} for w in weights]
+    chosen = max(rows, key=lambda r: (r["words_f"] or 0.0, -r["weight"]))
+    return {"segmenter": seg_name, "docs": len(refs), "matches": matched, "weights": rows, "chosen": chosen}
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.2f}"
+
+
+def table(result: Dict) -> str:
+    lines = ["| lexicon weight | word F (P / R) | OOV recall | IV recall |", "|---|---|---|---|"]
+    for r in result["weights"]:
+        mark = " (chosen)" if r["weight"] == result["chosen"]["weight"] else ""
+        lines.append(f"| {r['weight']:g}{mark} | {_pct(r['words_f'])} ({_pct(r['words_p'])} / {_pct(r['words_r'])}) "
+                     f"| {_pct(r['words_oov_recall'])} | {_pct(r['words_iv_recall'])} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="pipeline directory with a bmes CRF segmenter")
+    p.add_argument("data", type=Path, help=".spacy dev docs whose tokens are the gold words")
+    p.add_argument("--words", type=Path, required=True, help=".spacy training docs: their words are in-vocabulary")
+    p.add_argument("--lexicon", type=Path, required=True, help="word list (lexicon.py's words.txt)")
+    p.add_argument("--weights", default=",".join(f"{w:g}" for w in DEFAULT_WEIGHTS), help="comma-separated weights (>= 0)")
+    p.add_argument("--spans-key", default="words", help="the segmenter's span group")
+    p.add_argument("--limit", type=int, default=0, help="first N docs (0: all)")
+    p.add_argument("--output", type=Path, required=True, help="JSON file for the results (and a .md table beside it)")
+    args = p.parse_args()
+    try:
+        weights = sorted({float(w) for w in args.weights.split(",") if w.strip()})
+    except ValueError:
+        p.error(f"--weights: comma-separated numbers, got {args.weights!r}")
+    if not weights or any(w < 0 for w in weights):
+        p.error(f"--weights: one or more numbers >= 0, got {args.weights!r}")
+    if args.limit < 0:
+        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
+    for path in (args.data, args.words, args.lexicon):
+        if not path.is_file():
+            p.error(f"{path}: no such file")
+    try:
+        lexicon = Lexicon(read_lexicon(args.lexicon))
+    except ValueError as e:
+        p.error(str(e))
+    nlp = spacy.load(args.model)
+    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
+        nlp.remove_pipe(name)
+    refs = list(DocBin().from_disk(args.data).get_docs(nlp.vocab))
+    refs = refs[: args.limit] if args.limit else refs
+    iv_words = read_word_set(args.words)
+    if not refs or not iv_words:
+        p.error(f"{args.data if not refs else args.words}: no docs")
+    try:
+        result = tune(nlp, refs, iv_words, lexicon, weights, spans_key=args.spans_key)
+    except ValueError as e:
+        p.error(f"{args.model}: {e}")
+    meta_path = args.lexicon.parent / "meta.json"
+    result = {"model": str(args.model), "data": str(args.data), "words": str(args.words), "limit": args.limit,
+              "lexicon": str(args.lexicon), "lexicon_words": len(lexicon),
+              "lexicon_meta": srsly.read_json(meta_path) if meta_path.is_file() else None, **result}
+    text = table(result)
+    print(text)
+    chosen = result["chosen"]
+    print(f"\nchosen weight: {chosen['weight']:g} (highest word F; {result['matches']:,} lexicon matches in "
+          f"{result['docs']:,} docs)")
+    write_json_atomic(args.output, result)
+    args.output.with_suffix(".md").write_text(
+        f"Lexicon weight on {args.data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
+        f"model {args.model}); chosen: the highest word F.\n\n{text}\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

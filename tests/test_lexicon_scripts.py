@@ -1,0 +1,98 @@
+"""project/scripts/lexicon.py (the word list) and lexicon_tune.py (its
+weight on dev), checked against independent scoring of a small trained
+pipeline."""
+from pathlib import Path
+
+import pytest
+import spacy
+import srsly
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+
+from spacy_crf.lexicon import Lexicon
+from spacy_crf.scorers import score_words
+
+from conftest import half_trained_pipeline, load_script
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "project" / "scripts"
+WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
+         ["北京大学", "在", "北京"], ["上海", "人"]]
+ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")])]
+DEV = [["王五", "去", "广州"], ["那不勒斯", "很", "美"], ["我", "在", "上海", "工作"], ["好"]]
+
+
+@pytest.fixture(scope="module")
+def build():
+    return load_script(SCRIPTS / "lexicon.py")
+
+
+@pytest.fixture(scope="module")
+def tune():
+    return load_script(SCRIPTS / "lexicon_tune.py")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lexicon_tune")
+    nlp, word_refs, _ = half_trained_pipeline(WORDS, ENTS)
+    nlp.to_disk(path / "pipeline")
+    DocBin(docs=[Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in DEV]).to_disk(path / "dev.spacy")
+    DocBin(docs=word_refs).to_disk(path / "train.spacy")
+    (path / "words.txt").write_text("那不勒斯\n王五\n", encoding="utf-8")
+    return path
+
+
+def test_build_from_a_word_list(build, tmp_path):
+    source = tmp_path / "my_dict.txt"
+    source.write_text("上海市 3 ns\n市\n北京\n上 海\n北京\n", encoding="utf-8")
+    meta = build.build(str(source), tmp_path / "lexicon")
+    assert (tmp_path / "lexicon" / "words.txt").read_text(encoding="utf-8") == "上海市\n北京\n"
+    assert meta["entries"] == 5 and meta["words"] == 2 and meta["max_length"] == 3  # "上 海" is two fields: "上"
+    assert meta["source"] == "my_dict.txt" and len(meta["source_sha256"]) == 64
+    assert srsly.read_json(tmp_path / "lexicon" / "meta.json") == meta
+
+
+def test_build_from_jieba(build, tmp_path):
+    meta = build.build("jieba", tmp_path / "lexicon")
+    assert meta["source"] == "jieba" and meta["source_file"] == "dict.txt" and meta["source_version"] == "0.42.1"
+    assert meta["words"] > 300_000
+    words = set((tmp_path / "lexicon" / "words.txt").read_text(encoding="utf-8").split("\n")[:-1])
+    assert len(words) == meta["words"] and {"得天独厚", "那不勒斯"} <= words
+
+
+def test_every_weight_is_scored_as_the_model_is(tune, trained):
+    nlp = spacy.load(trained / "pipeline", exclude=["merge_words"])
+    refs = list(DocBin().from_disk(trained / "dev.spacy").get_docs(nlp.vocab))
+    iv = {w for words in WORDS for w in words}
+    lexicon = Lexicon(["那不勒斯", "王五"])
+    result = tune.tune(nlp, refs, iv, lexicon, [0.0, 1e4], batch_size=3)
+    rows = {row["weight"]: row for row in result["weights"]}
+    own = score_words([Example(d, r) for d, r in zip(nlp.pipe(r.text for r in refs), refs)], iv_words=iv)
+    assert {k: rows[0.0][k] for k in own} == own  # weight 0: the model alone
+    # a huge weight: both lexicon words are found, as the pipe finds them with that lexicon
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.set_lexicon(lexicon, weight=1e4)
+    with_lexicon = [Example(d, r) for d, r in zip(nlp.pipe(r.text for r in refs), refs)]
+    assert {k: rows[1e4][k] for k in own} == score_words(with_lexicon, iv_words=iv)
+    found = {s.text for eg in with_lexicon for s in eg.predicted.spans["words"]}
+    assert {"那不勒斯", "王五"} <= found
+    assert result["matches"] == 2
+    assert result["chosen"] == max(result["weights"], key=lambda r: (r["words_f"], -r["weight"]))
+
+
+def test_cli_writes_the_table_and_names_what_is_wrong(tune, trained, tmp_path, monkeypatch, capsys):
+    argv = ["lexicon_tune.py", str(trained / "pipeline"), str(trained / "dev.spacy"), "--words",
+            str(trained / "train.spacy"), "--lexicon", str(trained / "words.txt"), "--weights", "0,3,1",
+            "--output", str(tmp_path / "lexicon.json")]
+    monkeypatch.setattr("sys.argv", argv)
+    tune.main()
+    out = srsly.read_json(tmp_path / "lexicon.json")
+    assert [row["weight"] for row in out["weights"]] == [0.0, 1.0, 3.0] and out["lexicon_words"] == 2
+    assert "(chosen)" in (tmp_path / "lexicon.md").read_text(encoding="utf-8")
+    assert "chosen weight:" in capsys.readouterr().out
+    for bad, what in [(["--weights", "0,-1"], "--weights"), (["--weights", "x"], "--weights"),
+                      (["--lexicon", str(tmp_path / "none.txt")], "none.txt: no such file")]:
+        monkeypatch.setattr("sys.argv", argv + bad)
+        with pytest.raises(SystemExit):
+            tune.main()
+        assert what in capsys.readouterr().err
