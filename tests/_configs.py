@@ -13,6 +13,12 @@ NER_DATA = [
     ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
 ]
 WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["今天", "天气", "好"]]
+#: a half-trained pipeline's training words and entities, and dev words with
+#: unseen ones (the OOV probes, the lexicon tuning: conftest.write_probe_inputs)
+PROBE_WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
+               ["北京大学", "在", "北京"], ["上海", "人"]]
+PROBE_ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")])]
+PROBE_DEV = [["王五", "去", "广州"], ["那不勒斯", "很", "美"], ["我", "在", "上海", "工作"], ["好"]]
 #: a small spaCy tok2vec for CRF taggers that embed their own features
 SMALL_TOK2VEC = {
     "@architectures": "spacy.HashEmbedCNN.v2",

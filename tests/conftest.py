@@ -55,6 +55,45 @@ def half_trained_pipeline(words, ents, updates: int = 4):
     return nlp, word_refs, ent_refs
 
 
+def write_probe_inputs(path: Path) -> Path:
+    """``path/pipeline`` (:func:`half_trained_pipeline` on ``PROBE_WORDS`` and
+    ``PROBE_ENTS``), ``path/dev.spacy`` (``PROBE_DEV``) and
+    ``path/train.spacy`` (the training words); returns ``path``."""
+    from spacy.tokens import Doc, DocBin
+
+    from _configs import PROBE_DEV, PROBE_ENTS, PROBE_WORDS
+
+    nlp, word_refs, _ = half_trained_pipeline(PROBE_WORDS, PROBE_ENTS)
+    nlp.to_disk(path / "pipeline")
+    DocBin(docs=[Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in PROBE_DEV]).to_disk(path / "dev.spacy")
+    DocBin(docs=word_refs).to_disk(path / "train.spacy")
+    return path
+
+
+def segmentation_examples(nlp, words):
+    """Examples of ``words`` (lists of gold words): character docs against word-tokenized references."""
+    from spacy.tokens import Doc
+    from spacy.training import Example
+
+    return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in words]
+
+
+def trained_segmenter(words, updates: int = 40):
+    """A blank ``zh`` pipeline with one ``crf_segmenter`` (``segmenter``, a
+    small tok2vec) trained on ``words`` until it segments them."""
+    import spacy
+
+    from _configs import crf_model_config
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
+    examples = segmentation_examples(nlp, words)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(updates):
+        nlp.update(examples, sgd=optimizer)
+    return nlp
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     """Every test starts from the same random state (numpy, torch, random)."""

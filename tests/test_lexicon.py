@@ -11,23 +11,19 @@ from thinc.api import Config
 from spacy_crf.lexicon import Lexicon, read_lexicon
 
 from _configs import NER_DATA, WORDS, crf_model_config
+from conftest import segmentation_examples, trained_segmenter
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
 BMES = ["B", "M", "E", "S"]
 
 
 def seg_examples(nlp):
-    return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_WORDS]
+    return segmentation_examples(nlp, SEG_WORDS)
 
 
 @pytest.fixture(scope="module")
 def segmenter_nlp():
-    nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
-    examples = seg_examples(nlp)
-    optimizer = nlp.initialize(lambda: examples)
-    for _ in range(40):
-        nlp.update(examples, sgd=optimizer)
+    nlp = trained_segmenter(SEG_WORDS)
     assert words(nlp("张三去上海")) == ["张三", "去", "上海"]
     return nlp
 

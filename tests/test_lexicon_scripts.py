@@ -6,19 +6,16 @@ from pathlib import Path
 import pytest
 import spacy
 import srsly
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_crf.lexicon import Lexicon
 from spacy_crf.scorers import score_words
 
-from conftest import half_trained_pipeline, load_script
+from _configs import PROBE_WORDS as WORDS
+from conftest import load_script, write_probe_inputs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "project" / "scripts"
-WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
-         ["北京大学", "在", "北京"], ["上海", "人"]]
-ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")])]
-DEV = [["王五", "去", "广州"], ["那不勒斯", "很", "美"], ["我", "在", "上海", "工作"], ["好"]]
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +30,7 @@ def tune():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    path = tmp_path_factory.mktemp("lexicon_tune")
-    nlp, word_refs, _ = half_trained_pipeline(WORDS, ENTS)
-    nlp.to_disk(path / "pipeline")
-    DocBin(docs=[Doc(nlp.vocab, words=w, spaces=[False] * len(w)) for w in DEV]).to_disk(path / "dev.spacy")
-    DocBin(docs=word_refs).to_disk(path / "train.spacy")
+    path = write_probe_inputs(tmp_path_factory.mktemp("lexicon_tune"))
     (path / "words.txt").write_text("那不勒斯\n王五\n", encoding="utf-8")
     return path
 

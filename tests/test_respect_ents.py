@@ -10,23 +10,15 @@ from thinc.api import Config
 
 from spacy_crf.schemes import is_valid
 
-from _configs import WORDS, crf_model_config, pipeline_config
+from _configs import WORDS, pipeline_config
+from conftest import trained_segmenter
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"]]
 
 
-def seg_examples(nlp):
-    return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_WORDS]
-
-
 @pytest.fixture(scope="module")
 def segmenter_nlp():
-    nlp = spacy.blank("zh")
-    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
-    examples = seg_examples(nlp)
-    optimizer = nlp.initialize(lambda: examples)
-    for _ in range(40):
-        nlp.update(examples, sgd=optimizer)
+    nlp = trained_segmenter(SEG_WORDS)
     doc = nlp("张三去上海")
     assert [s.text for s in doc.spans["words"]] == ["张三", "去", "上海"]
     return nlp

@@ -17,21 +17,19 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Sequence, Set
 
-import spacy
 import srsly
 from spacy.language import Language
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import minibatch
 from tqdm import tqdm
 
 from spacy_crf import model as crf_model
-from spacy_crf.corpora import read_word_set
 from spacy_crf.lexicon import Lexicon, read_lexicon
 from spacy_crf.scorers import predicted_words, score_words
 from spacy_crf.util import write_json_atomic
 
-from oov_probes import find_segmenter, with_words
+from oov_probes import find_segmenter, load_inputs, with_words
 
 DEFAULT_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0)
 
@@ -105,14 +103,10 @@ def main() -> None:
         lexicon = Lexicon(read_lexicon(args.lexicon))
     except ValueError as e:
         p.error(str(e))
-    nlp = spacy.load(args.model)
-    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
-        nlp.remove_pipe(name)
-    refs = list(DocBin().from_disk(args.data).get_docs(nlp.vocab))
-    refs = refs[: args.limit] if args.limit else refs
-    iv_words = read_word_set(args.words)
-    if not refs or not iv_words:
-        p.error(f"{args.data if not refs else args.words}: no docs")
+    try:
+        nlp, refs, iv_words = load_inputs(args.model, args.data, args.words, args.limit)
+    except ValueError as e:
+        p.error(str(e))
     try:
         result = tune(nlp, refs, iv_words, lexicon, weights, spans_key=args.spans_key)
     except ValueError as e:

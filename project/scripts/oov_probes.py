@@ -210,6 +210,21 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
     return result
 
 
+def load_inputs(model: str, data: Path, words: Path, limit: int = 0) -> Tuple[Language, List[Doc], Set[str]]:
+    """The pipeline without its merge step (probes start from the
+    segmenter's own words), the first ``limit`` reference docs (0: all) and
+    the training words; a ValueError names an input without docs."""
+    nlp = spacy.load(model)
+    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
+        nlp.remove_pipe(name)
+    refs = list(DocBin().from_disk(data).get_docs(nlp.vocab))
+    refs = refs[:limit] if limit else refs
+    iv_words = read_word_set(words)
+    if not refs or not iv_words:
+        raise ValueError(f"{data if not refs else words}: no docs")
+    return nlp, refs, iv_words
+
+
 def _pct(value: Optional[float]) -> str:
     return "–" if value is None else f"{100 * value:.2f}"  # recall of no words (none OOV, or none IV)
 
@@ -259,14 +274,10 @@ def main() -> None:
     for path in (args.data, args.words):
         if not path.is_file():
             p.error(f"{path}: no such file")
-    nlp = spacy.load(args.model)
-    for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
-        nlp.remove_pipe(name)  # the probes start from the segmenter's own words
-    refs = list(DocBin().from_disk(args.data).get_docs(nlp.vocab))
-    refs = refs[: args.limit] if args.limit else refs
-    iv_words = read_word_set(args.words)
-    if not refs or not iv_words:
-        p.error(f"{args.data if not refs else args.words}: no docs")
+    try:
+        nlp, refs, iv_words = load_inputs(args.model, args.data, args.words, args.limit)
+    except ValueError as e:
+        p.error(str(e))
     try:
         result = probe(nlp, refs, iv_words, biases=biases, pieces=None if args.no_pieces else stock_piece_offsets(),
                        spans_key=args.spans_key)
