@@ -14,7 +14,7 @@ emission layer would learn to cancel a constant it sees in training. Tune
 ``weight`` on a dev set (the project's ``lexicon-tune`` command).
 """
 from pathlib import Path
-from typing import Iterable, List, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from thinc.types import Floats2d
@@ -68,15 +68,17 @@ class Lexicon:
                     break
         return found
 
-    def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float) -> Floats2d:
+    def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float,
+                      matches: Optional[List[TokenSpan]] = None) -> Floats2d:
         """The prior added to ``doc``'s emission scores: float32
-        ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order)."""
+        ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order).
+        ``matches``: ``self.matches(doc)``, if the caller has it already."""
         columns = {tag: i for i, tag in enumerate(tags)}
         missing = [t for t in "BME" if t not in columns]
         if missing:
             raise ValueError(f"lexicon: the tags {list(tags)} lack {missing}: a lexicon needs the bmes scheme")
         bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
-        for start, end in self.matches(doc):
+        for start, end in self.matches(doc) if matches is None else matches:
             bias[start, columns["B"]] += weight
             bias[start + 1:end - 1, columns["M"]] += weight
             bias[end - 1, columns["E"]] += weight

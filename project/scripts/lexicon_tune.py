@@ -51,8 +51,10 @@ def tune(nlp: Language, refs: List[Doc], iv_words: Set[str], lexicon: Lexicon, w
             continue
         masks = [segmenter.tag_mask(doc) for doc in docs]
         emissions = segmenter.model.predict(docs)  # the model alone: no prior yet
-        priors = [segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0)) for doc in docs]
-        matched += sum(len(lexicon.matches(doc)) for doc in docs)
+        found = [lexicon.matches(doc) for doc in docs]
+        matched += sum(map(len, found))
+        priors = [segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0, matches))
+                  for doc, matches in zip(docs, found)]
         for weight in weights:
             ids = crf_model.decode(segmenter.model, [e + weight * p for e, p in zip(emissions, priors)],
                                    segmenter.constraints, masks)
