@@ -17,7 +17,9 @@ variants, for the encoder's word-embedding table (``--table``):
 * ``sparse``: ``lazy`` plus ``spacy_crf.sparse_embeddings.v1`` (the backward pass
   yields the batch's rows only);
 * ``frozen``: ``spacy_crf.freeze_parameters.v1`` (no gradient, no update: the
-  speed limit of the other three, at a cost in accuracy).
+  speed limit of the other three, at a cost in accuracy);
+* ``bf16``: ``sparse`` plus ``spacy_crf.cpu_autocast.v1`` (the encoder's forward
+  pass in bfloat16; for CPUs with native bfloat16).
 
 Prints, per variant, the median and mean wall seconds per step, the CPU
 seconds per step of the process (every thread), the characters of training
@@ -39,7 +41,7 @@ from spacy.cli._util import parse_config_overrides
 from spacy.language import Language
 from spacy.training.initialize import init_nlp
 
-VARIANTS = ("dense", "lazy", "sparse", "frozen")
+VARIANTS = ("dense", "lazy", "sparse", "frozen", "bf16")
 TABLE = "embeddings.word_embeddings.weight"
 
 
@@ -49,9 +51,11 @@ def training_setup(
     *,
     freeze: Sequence[str] = (),
     sparse: Sequence[str] = (),
+    autocast: str = "",
 ) -> Tuple[Language, Any, Any, float, List[str]]:
     """The pipeline, optimizer, training batches and dropout that ``spacy
     train`` would use, plus a line per parameter frozen or made sparse."""
+    from spacy_crf.autocast import cpu_autocast
     from spacy_crf.freeze import freeze_parameters
     from spacy_crf.sparse_embeddings import sparse_embeddings
 
@@ -62,6 +66,8 @@ def training_setup(
         notes.append("frozen: " + ", ".join(freeze_parameters(nlp, freeze)))
     if sparse:
         notes.append("sparse gradients: " + ", ".join(sparse_embeddings(nlp, sparse)))
+    if autocast:
+        notes.append(f"{autocast} autocast: " + ", ".join(cpu_autocast(nlp, autocast)))
     resolved = nlp.config.interpolate()
     T = util.registry.resolve(resolved["training"], schema=None)
     train_corpus = util.resolve_dot_names(resolved, [T["train_corpus"]])[0]
@@ -89,6 +95,8 @@ def variant_setup(name: str, config_path: Path, overrides: Dict[str, Any], table
         return training_setup(config_path, lazy, sparse=[table])
     if name == "frozen":
         return training_setup(config_path, overrides, freeze=[table])
+    if name == "bf16":
+        return training_setup(config_path, lazy, sparse=[table], autocast="bfloat16")
     raise SystemExit(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
 
 

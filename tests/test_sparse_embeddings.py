@@ -175,5 +175,6 @@ def test_the_training_step_benchmark_runs_every_variant(train_config, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[sparse] sparse gradients: transformer:embeddings.word_embeddings.weight" in result.stdout
     variants = json.loads((tmp_path / "bench.json").read_text())["variants"]
-    assert list(variants) == ["dense", "lazy", "sparse", "frozen"]
+    assert "[bf16] bfloat16 autocast: transformer" in result.stdout
+    assert list(variants) == ["dense", "lazy", "sparse", "frozen", "bf16"]
     assert all(v["median_s_per_step"] > 0 for v in variants.values())
