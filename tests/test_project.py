@@ -60,7 +60,7 @@ def test_softmax_head_differs_from_the_crf_model_only_in_head_and_rate():
     for crf_only in ("--reuse", "--training.optimizer.crf_lr_multiplier"):
         crf_opts.pop(crf_only)
     assert crf_opts == softmax_opts
-    config = lambda argv: argv[argv.index("scripts/train.py") + 3]  # noqa: E731 (after --allocator VALUE)
+    config = lambda argv: argv[argv.index("scripts/train.py") + 5]  # noqa: E731 (after --allocator/--autocast VALUE)
     assert config(crf) == config(softmax) == "../configs/joint.cfg"
 
 

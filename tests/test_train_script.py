@@ -152,3 +152,39 @@ def test_lazy_embeddings_take_true_or_false(inputs, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         run_main(monkeypatch, argv("other", "--lazy-embeddings", "yes"))
     assert "--lazy-embeddings: invalid choice: 'yes'" in capsys.readouterr().err
+
+
+def test_autocast_reaches_spacy_train_and_the_recipe(inputs, monkeypatch):
+    calls = run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16"))
+    cmd = calls[0]
+    at = cmd.index("--initialize.before_init")
+    assert srsly.json_loads(cmd[at + 1]) == {"@callbacks": "spacy_crf.cpu_autocast.v1", "dtype": "bfloat16"}
+    meta = srsly.read_json(inputs / "bf16" / "train_meta.json")
+    assert "--initialize.before_init" in meta["recipe"]["overrides"]
+    # a float32 run is another recipe: --reuse must not copy the bfloat16 run for it
+    calls = run_main(monkeypatch, argv("fp32", "--reuse", "bf16"))
+    assert len(calls) == 1 and "--initialize.before_init" not in calls[0]
+    assert train.autocast_overrides("none") == []
+
+
+def test_autocast_overrides_load_into_the_joint_config():
+    from spacy.cli._util import parse_config_overrides
+    from spacy.util import load_config
+
+    overrides = parse_config_overrides(train.autocast_overrides("bfloat16"))
+    config = Path(__file__).resolve().parents[1] / "configs" / "joint.cfg"
+    loaded = load_config(config, overrides=overrides, interpolate=False)
+    assert loaded["initialize"]["before_init"]["@callbacks"] == "spacy_crf.cpu_autocast.v1"
+
+
+def test_autocast_refuses_to_replace_a_before_init_callback(inputs, monkeypatch, capsys):
+    (inputs / "joint.cfg").write_text(
+        '[training]\nmax_steps = 10\n[initialize]\n[initialize.before_init]\n@callbacks = "other.v1"\n', encoding="utf8")
+    with pytest.raises(SystemExit, match="already has one"):
+        run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16"))
+    (inputs / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
+    with pytest.raises(SystemExit, match="cannot be overridden as well"):
+        run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16", "--initialize.before_init", "{}"))
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, argv("bf16", "--autocast", "float16"))
+    assert "--autocast: invalid choice: 'float16'" in capsys.readouterr().err
