@@ -131,7 +131,7 @@ def test_lazy_embeddings_overrides_load_into_the_joint_config():
     assert loaded["training"]["optimizer"]["lazy_rows"] == ["embeddings.word_embeddings.weight"]
     after_init = registry.resolve({"cb": loaded["initialize"]["after_init"]})["cb"]
     assert callable(after_init)
-    train.check_after_init_free(str(config), [])
+    train.check_callback_free(str(config), [], "after_init", "--lazy-embeddings true")
 
 
 def test_lazy_embeddings_refuse_to_replace_an_after_init_callback(inputs, monkeypatch):
@@ -142,7 +142,7 @@ def test_lazy_embeddings_refuse_to_replace_an_after_init_callback(inputs, monkey
     with pytest.raises(SystemExit, match="already has one"):
         run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true"))
     with pytest.raises(SystemExit, match="cannot be overridden as well"):
-        train.check_after_init_free("joint.cfg", ["--initialize.after_init", "{}"])
+        train.check_callback_free("joint.cfg", ["--initialize.after_init", "{}"], "after_init", "--lazy-embeddings true")
 
 
 def test_lazy_embeddings_take_true_or_false(inputs, monkeypatch, capsys):

