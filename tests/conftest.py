@@ -31,6 +31,30 @@ def load_script(path: Path):
     return module
 
 
+def tiny_ner_pipeline(tiny_bert_dir):
+    """The transformer + ``crf_tagger`` pipeline of ``PIPELINE_CFG`` over the tiny
+    BERT, not initialized, and its NER examples; seeded."""
+    import spacy
+    from spacy.training import Example
+    from spacy.util import fix_random_seed
+    from thinc.api import Config
+
+    from _configs import NER_DATA, PIPELINE_CFG
+
+    fix_random_seed(0)
+    text = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir))
+    nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    return nlp, examples
+
+
+def hf_model(nlp):
+    """The Hugging Face model inside ``nlp``'s (first) torch shim."""
+    from spacy_crf.freeze import torch_shims
+
+    return next(shim._model for _, shim in torch_shims(nlp))
+
+
 def half_trained_pipeline(words, ents, updates: int = 4):
     """A blank ``zh`` segmenter + NER + merge pipeline after a few updates on
     ``words`` (lists of gold words) and ``ents`` ((text, [(start, end, label)])):

@@ -10,38 +10,26 @@ import numpy
 import pytest
 import spacy
 import torch
-from spacy.training import Example
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
 from spacy_crf.autocast import CPUAutocastShim, as_float32, cpu_autocast
 from spacy_crf.freeze import torch_shims
-from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
+from _configs import write_ner_training_files
+from conftest import hf_model, tiny_ner_pipeline
 
 LAYER = "encoder.layer.0.attention.self.query"
-
-
-def _pipeline(tiny_bert_dir):
-    fix_random_seed(0)
-    text = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir))
-    nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
-    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
-    return nlp, examples
-
-
-def _hf_model(nlp):
-    return next(shim._model for _, shim in torch_shims(nlp))
 
 
 def _record_dtypes(nlp):
     """The output dtype of one of the encoder's linear layers, at each call."""
     seen = []
-    _hf_model(nlp).get_submodule(LAYER).register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    hf_model(nlp).get_submodule(LAYER).register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     return seen
 
 
 def _train(tiny_bert_dir, autocast: bool, steps: int = 4):
-    nlp, examples = _pipeline(tiny_bert_dir)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
     optimizer = nlp.initialize(lambda: examples)
     if autocast:
         assert cpu_autocast(nlp) == ["transformer"]
@@ -58,14 +46,14 @@ def test_updates_run_in_bfloat16_and_predict_in_float32(tiny_bert_dir):
     seen.clear()
     list(nlp.pipe([eg.reference.text for eg in examples]))
     assert seen and set(seen) == {torch.float32}
-    assert all(p.dtype == torch.float32 for p in _hf_model(nlp).parameters())
+    assert all(p.dtype == torch.float32 for p in hf_model(nlp).parameters())
 
 
 def test_autocast_trains_the_encoder_close_to_float32(tiny_bert_dir):
     nlp32, _, losses32 = _train(tiny_bert_dir, autocast=False)
     nlp16, _, losses16 = _train(tiny_bert_dir, autocast=True)
-    w32 = _hf_model(nlp32).get_submodule(LAYER).weight.detach().numpy()
-    w16 = _hf_model(nlp16).get_submodule(LAYER).weight.detach().numpy()
+    w32 = hf_model(nlp32).get_submodule(LAYER).weight.detach().numpy()
+    w16 = hf_model(nlp16).get_submodule(LAYER).weight.detach().numpy()
     assert w16.dtype == numpy.float32
     # Not the float32 run, but near it: the gradient reached the encoder through the casts.
     assert not numpy.array_equal(w32, w16)
@@ -96,7 +84,7 @@ def test_outputs_leave_the_shim_as_float32():
 def test_bad_settings_are_clear_errors(tiny_bert_dir):
     with pytest.raises(ValueError, match="dtype must be one of bfloat16, not 'float16'"):
         registry.callbacks.get("spacy_crf.cpu_autocast.v1")(dtype="float16")
-    nlp, _ = _pipeline(tiny_bert_dir)
+    nlp, _ = tiny_ner_pipeline(tiny_bert_dir)
     nlp.get_pipe("transformer").model.layers[0].shims[0]._mixed_precision = True  # before initialize
     with pytest.raises(ValueError, match="mixed_precision = true"):
         cpu_autocast(nlp)

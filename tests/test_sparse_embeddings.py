@@ -9,7 +9,6 @@ import warnings
 import numpy
 import pytest
 import spacy
-from spacy.training import Example
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
@@ -17,26 +16,15 @@ from spacy_crf.freeze import torch_shims
 from spacy_crf.optimizers import grouped_adam
 from spacy_crf.sparse_embeddings import SparseRowsShim, sparse_embeddings
 
-from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
+from _configs import NER_DATA, write_ner_training_files
+from conftest import hf_model, tiny_ner_pipeline
 
 TABLE = "embeddings.word_embeddings.weight"
 LAYER = "encoder.layer.0.attention.self.query.weight"
 
 
-def _pipeline(tiny_bert_dir):
-    fix_random_seed(0)
-    text = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir))
-    nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
-    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
-    return nlp, examples
-
-
-def _hf_model(nlp):
-    return next(shim._model for _, shim in torch_shims(nlp))
-
-
 def _train(tiny_bert_dir, *, sparse: bool, lazy: bool, steps: int = 3):
-    nlp, examples = _pipeline(tiny_bert_dir)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
     optimizer = grouped_adam(1e-2, L2=0.01, lazy_rows=[TABLE] if lazy else [])
     nlp.initialize(lambda: examples, sgd=optimizer)
     if sparse:
@@ -48,13 +36,13 @@ def _train(tiny_bert_dir, *, sparse: bool, lazy: bool, steps: int = 3):
 
 
 def _weights(nlp, name):
-    return dict(_hf_model(nlp).named_parameters())[name].detach().numpy().copy()
+    return dict(hf_model(nlp).named_parameters())[name].detach().numpy().copy()
 
 
 def test_sparse_gradients_give_the_lazy_update_of_the_dense_gradient(tiny_bert_dir):
     dense_nlp, dense_opt = _train(tiny_bert_dir, sparse=False, lazy=True)
     sparse_nlp, sparse_opt = _train(tiny_bert_dir, sparse=True, lazy=True)
-    hf = _hf_model(sparse_nlp)
+    hf = hf_model(sparse_nlp)
     assert hf.embeddings.word_embeddings.sparse
     assert isinstance(next(shim for _, shim in torch_shims(sparse_nlp)), SparseRowsShim)
     # spacy-transformers applies a step's encoder update at the next step: the
@@ -69,7 +57,7 @@ def test_sparse_gradients_give_the_lazy_update_of_the_dense_gradient(tiny_bert_d
 
 
 def test_the_sparse_path_calls_update_rows_with_the_batchs_rows(tiny_bert_dir):
-    nlp, examples = _pipeline(tiny_bert_dir)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
     optimizer = grouped_adam(1e-2, lazy_rows=[TABLE])
     nlp.initialize(lambda: examples, sgd=optimizer)
     sparse_embeddings(nlp, [TABLE])
@@ -109,11 +97,11 @@ def test_a_trained_pipeline_with_sparse_gradients_round_trips(tiny_bert_dir, tmp
     ],
 )
 def test_bad_patterns_are_refused_before_anything_changes(tiny_bert_dir, patterns, message):
-    nlp, examples = _pipeline(tiny_bert_dir)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
     nlp.initialize(lambda: examples)
     with pytest.raises(ValueError, match=message):
         sparse_embeddings(nlp, [TABLE] + patterns if isinstance(patterns, list) else patterns)
-    assert not _hf_model(nlp).embeddings.word_embeddings.sparse
+    assert not hf_model(nlp).embeddings.word_embeddings.sparse
     assert not any(isinstance(shim, SparseRowsShim) for _, shim in torch_shims(nlp))
 
 
@@ -126,12 +114,12 @@ patterns = ["{TABLE}"]
 """
     )
     after_init = registry.resolve(config)["after_init"]
-    nlp, examples = _pipeline(tiny_bert_dir)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
     nlp.initialize(lambda: examples)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert after_init(nlp) is nlp
-    assert _hf_model(nlp).embeddings.word_embeddings.sparse
+    assert hf_model(nlp).embeddings.word_embeddings.sparse
 
 
 @pytest.fixture
