@@ -24,6 +24,7 @@ from spacy_crf.corpora import (
     SplitError,
     carve_dev,
     convert_corpus,
+    dev_blocks,
     create_char_corpus_reader,
     read_char_bio,
     read_char_bmes,
@@ -458,20 +459,65 @@ def test_split_long_random_docs_keep_everything(nlp):
 # --- carve_dev -----------------------------------------------------------------------------------------------
 
 
-def test_carve_dev_is_deterministic_and_keeps_order(nlp):
+@pytest.mark.parametrize("carve", ["blocks", "lines"])
+def test_carve_dev_is_deterministic_and_keeps_order(nlp, carve):
     docs = [nlp.make_doc(str(i)) for i in range(50)]
-    train, dev = carve_dev(docs, 0.2, seed=3)
-    again_train, again_dev = carve_dev(docs, 0.2, seed=3)
+    train, dev = carve_dev(docs, 0.2, seed=3, carve=carve, block_size=4)
+    again_train, again_dev = carve_dev(docs, 0.2, seed=3, carve=carve, block_size=4)
     assert [d.text for d in dev] == [d.text for d in again_dev]
     assert [d.text for d in train] == [d.text for d in again_train]
     assert len(dev) == 10 and len(train) == 40
     assert sorted(int(d.text) for d in train + dev) == list(range(50))
     assert [int(d.text) for d in dev] == sorted(int(d.text) for d in dev)
-    assert [d.text for d in carve_dev(docs, 0.2, seed=4)[1]] != [d.text for d in dev]
-    assert len(carve_dev(docs[:3], 0.1, seed=0)[1]) == 1
-    assert carve_dev(docs, 0.0, seed=0) == (docs, [])
+    assert len({tuple(d.text for d in carve_dev(docs, 0.2, seed=s, carve=carve, block_size=4)[1])
+                for s in range(5)}) > 1
+    assert len(carve_dev(docs[:3], 0.1, seed=0, carve=carve)[1]) == 1
+    assert carve_dev(docs, 0.0, seed=0, carve=carve) == (docs, [])
     with pytest.raises(ValueError, match="dev ratio"):
-        carve_dev(docs, 1.0, seed=0)
+        carve_dev(docs, 1.0, seed=0, carve=carve)
+
+
+def test_line_carve_draws_the_same_docs_as_before_blocks_existed():
+    # the old carve stays selectable for comparison: the same seed must give the same dev set
+    assert carve_dev(list(range(50)), 0.2, seed=3, carve="lines")[1] == [4, 8, 15, 23, 30, 34, 37, 38, 40, 48]
+    assert carve_dev(list(range(50)), 0.2, seed=3)[1] != carve_dev(list(range(50)), 0.2, seed=3, carve="lines")[1]
+
+
+def test_block_carve_takes_runs_of_consecutive_docs_one_per_stretch():
+    for seed in range(5):
+        blocks = dev_blocks(1000, 105, 20, seed)
+        assert sorted(e - s for s, e in blocks) == [5, 20, 20, 20, 20, 20]
+        assert all(b[1] <= a[0] for b, a in zip(blocks, blocks[1:]))  # in order, no overlap
+        # 895 training docs shared out between 6 blocks: each block in its own sixth of the file
+        assert all(i * 1000 // 6 - 20 <= s and e <= (i + 1) * 1000 // 6 + 20 for i, (s, e) in enumerate(blocks))
+        _, dev = carve_dev(list(range(1000)), 0.105, seed, block_size=20)
+        assert dev == [i for s, e in blocks for i in range(s, e)]
+    assert dev_blocks(10, 3, 50, 0) in ([(i, i + 3)] for i in range(8))  # fewer dev docs than a block
+    whole = dev_blocks(10, 10, 3, 0)  # no training docs left: the blocks tile the file
+    assert sorted(e - s for s, e in whole) == [1, 3, 3, 3] and [i for s, e in whole for i in range(s, e)] == list(range(10))
+    assert dev_blocks(10, 0, 3, 0) == []
+
+
+def test_block_carve_keeps_articles_out_of_training():
+    # 40 articles of 10 lines, each line with its article's name: a single dev line leaves its article's
+    # name in training (dev looks easy); a block of 30 lines holds two whole articles or more, whose names
+    # training never saw, as in a test set
+    docs = [[f"name{a}", "的"] for a in range(40) for _ in range(10)]
+
+    def oov(carve):
+        train, dev = carve_dev(docs, 0.1, seed=0, carve=carve, block_size=30)
+        vocab = {w for d in train for w in d}
+        return sum(w not in vocab for d in dev for w in d) / sum(map(len, dev))
+
+    assert oov("lines") == 0
+    assert oov("blocks") >= 0.25
+
+
+@pytest.mark.parametrize("kwargs,needle", [({"carve": "random"}, "unknown dev carve"), ({"block_size": 0}, "block_size"),
+                                           ({"block_size": 2.5}, "block_size")])
+def test_carve_dev_rejects_an_unknown_carve_or_block_size(kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        carve_dev(list(range(10)), 0.2, seed=0, **kwargs)
 
 
 # --- convert_corpus, CLI and the training reader --------------------------------------------------------------
@@ -504,6 +550,53 @@ def test_convert_sighan_round_trip_with_dev(tmp_path, nlp, capsys):
     # the same seed gives the same split
     convert_corpus("sighan", path, tmp_path / "b.spacy", max_chars=10, dev_output=tmp_path / "bdev.spacy", dev_ratio=0.25, seed=1)
     assert [d.text for d in load(tmp_path / "bdev.spacy", nlp)] == [d.text for d in dev]
+
+
+def test_convert_carves_blocks_by_default_and_reports_the_dev_rates(tmp_path, nlp):
+    # 8 articles of 5 lines, each line with its article's name: the carve and how much of dev training has
+    # seen are in the stats, and the old carve of single lines is still there
+    lines = [f"名{a}  说  。" for a in range(8) for _ in range(5)]
+    path = write(tmp_path, "train.txt", "\n".join(lines) + "\n")
+    out, dev = tmp_path / "train.spacy", tmp_path / "dev.spacy"
+    stats = convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, dev_ratio=0.25, seed=0, block_size=10)
+    assert stats["carve"] == {"carve": "blocks", "dev_ratio": 0.25, "seed": 0, "block_size": 10}
+    texts = [d.text for d in load(dev, nlp)]
+    assert texts == [l.replace("  ", "") for l in carve_dev(lines, 0.25, 0, block_size=10)[1]]
+    vocab = {t.text for d in load(out, nlp) for t in d}
+    words = [t.text for d in load(dev, nlp) for t in d]
+    assert stats["dev_rates"] == {"words": 30, "oov": sum(w not in vocab for w in words),
+                                  "oov_rate": sum(w not in vocab for w in words) / 30}
+    assert stats["dev_rates"]["oov"] >= 5  # a block of 10 lines holds one whole article or more
+    lines_stats = convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, dev_ratio=0.25, seed=0,
+                                 carve="lines")
+    assert lines_stats["carve"] == {"carve": "lines", "dev_ratio": 0.25, "seed": 0}
+    assert [d.text for d in load(dev, nlp)] == [l.replace("  ", "") for l in carve_dev(lines, 0.25, 0, carve="lines")[1]]
+    assert lines_stats["dev_rates"]["oov"] == 0
+    bio = write(tmp_path, "msra_train_bio", MSRA_SAMPLE)
+    ner = convert_corpus("bio", bio, tmp_path / "m.spacy", max_chars=0, dev_output=tmp_path / "md.spacy", dev_ratio=0.5)
+    assert set(ner["dev_rates"]) == {"entities", "seen", "seen_rate", "seen_text", "seen_text_rate"}
+    with pytest.raises(ValueError, match="unknown dev carve"):
+        convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, carve="random")
+
+
+def test_cli_carve_options(tmp_path, nlp):
+    src = write(tmp_path, "train.txt", "".join(f"第{i}  句  。\n" for i in range(20)))
+    runner = CliRunner()
+    base = ["sighan", str(src), str(tmp_path / "t.spacy"), "--max-chars", "0", "--dev-output", str(tmp_path / "d.spacy"),
+            "--dev-ratio", "0.25"]
+    result = runner.invoke(_cli(), base + ["--carve", "lines"])
+    assert result.exit_code == 0, result.output
+    assert "OOV rate" in result.output and "lines" in result.output
+    want = [l.replace("  ", "") for l in carve_dev(src.read_text(encoding="utf8").splitlines(), 0.25, 0, carve="lines")[1]]
+    assert [d.text for d in load(tmp_path / "d.spacy", nlp)] == want
+    result = runner.invoke(_cli(), base + ["--block-size", "5"])
+    assert result.exit_code == 0 and "blocks of 5" in result.output, result.output
+    for args, needle in [(["--carve", "lines", "--block-size", "5"], "only applies with --carve blocks"),
+                         (["--carve", "random"], "must be one of blocks, lines"), (["--block-size", "0"], "must be")]:
+        result = runner.invoke(_cli(), base + args)
+        assert result.exit_code == 2 and needle in " ".join(result.output.split()), (args, result.output)
+    result = runner.invoke(_cli(), base[:5] + ["--carve", "lines"])  # no --dev-output: nothing to carve
+    assert result.exit_code == 2 and "only applies with --dev-output" in " ".join(result.output.split())
 
 
 def test_convert_ner_round_trip_and_limit(tmp_path, nlp):

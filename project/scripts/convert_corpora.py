@@ -1,6 +1,7 @@
 """Convert every available corpus to ``.spacy`` and check the counts.
 
-    python scripts/convert_corpora.py --assets assets --out corpus [--limit N] [--max-chars 256]
+    python scripts/convert_corpora.py --assets assets --out corpus [--limit N] [--max-chars 256] \
+        [--carve blocks --block-size 200 | --carve lines]
 
 Calls :func:`spacy_crf.corpora.convert_corpus` (the function behind
 ``python -m spacy_crf convert-corpus``) for each corpus: CWS docs are
@@ -8,7 +9,12 @@ word-tokenized reference docs, NER docs character-tokenized with entities;
 docs longer than ``--max-chars`` characters are split at sentence or clause
 ends (never inside a word or entity) so that they fit the transformer window.
 Where a corpus has no dev file, a dev split is carved from train with a fixed
-seed. The counts read from each *whole* file are compared with those
+seed, as random blocks of consecutive lines (``--carve blocks``; ``lines``:
+random single lines, the carve of earlier versions, which makes dev easier
+than the test). For every corpus with a dev split the manifest reports how
+much of it the training part already holds (``rates``): the OOV rate of its
+words (CWS) and the share of its entities also in training (NER), and the
+same for the test split where its file is there. The counts read from each *whole* file are compared with those
 published in the data README (a mismatch is an error). Held-back test files
 that are absent are skipped: the corpus is then evaluated on its dev split,
 and ``corpus/manifest.json`` says so (``eval_split``).
@@ -18,6 +24,8 @@ import sys
 from pathlib import Path
 
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
+from spacy_crf.corpora.rates import file_rates
+from spacy_crf.corpora.split import CARVES, DEFAULT_BLOCK_SIZE
 from spacy_crf.util import write_json_atomic
 
 # (name, task, format, train file, dev file or None (carve), test file or None)
@@ -61,6 +69,14 @@ def check_counts(rel: str, stats: dict, errors: list) -> None:
             errors.append(f"{rel}: {key} is {got}, the data README says {want}")
 
 
+def describe_rates(rates: dict) -> str:
+    if rates.get("oov_rate") is not None:
+        return f"OOV rate {rates['oov_rate'] * 100:.2f}% of {rates['words']:,} words"
+    if rates.get("seen_rate") is not None:
+        return f"{rates['seen_rate'] * 100:.2f}% of {rates['entities']:,} entities seen in train"
+    return "no words or entities"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--assets", default="assets")
@@ -69,6 +85,8 @@ def main() -> None:
     p.add_argument("--max-chars", type=int, default=256)
     p.add_argument("--dev-ratio", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--carve", choices=CARVES, default="blocks", help="how dev splits are carved")
+    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="lines per dev block (--carve blocks)")
     p.add_argument("--only", default="", help="comma-separated corpus names (default: all)")
     args = p.parse_args()
     if args.limit < 0:
@@ -77,6 +95,8 @@ def main() -> None:
         p.error(f"--max-chars must be >= 0 (0: no splitting), got {args.max_chars}")
     if not 0 <= args.dev_ratio < 1:
         p.error(f"--dev-ratio must be in [0, 1), got {args.dev_ratio}")
+    if args.block_size < 1:
+        p.error(f"--block-size must be >= 1, got {args.block_size}")
     if not Path(args.assets).is_dir():
         p.error(f"--assets {args.assets}: no such directory")
     assets, out = Path(args.assets), Path(args.out)
@@ -86,7 +106,8 @@ def main() -> None:
 
     def run(rel, fmt, output, **kw):
         try:
-            stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed, **kw)
+            stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed,
+                                   carve=args.carve, block_size=args.block_size, **kw)
         except (CorpusFormatError, SplitError, ValueError, OSError) as err:  # the message names the file
             sys.exit(f"error: {err}")
         check_counts(rel, stats, errors)
@@ -100,15 +121,21 @@ def main() -> None:
             if dev is None:
                 stats = run(train, fmt, out / name / "train.spacy", dev_output=out / name / "dev.spacy",
                             dev_ratio=args.dev_ratio, limit=limit)
-                entry["dev_note"] = f"carved from train: ratio {args.dev_ratio}, seed {args.seed}"
+                how = f"blocks of {args.block_size} lines" if args.carve == "blocks" else "single lines"
+                entry["dev_note"] = f"carved from train: ratio {args.dev_ratio}, seed {args.seed}, {how}"
+                entry["carve"] = stats["carve"]
+                rates = {"dev": stats["dev_rates"]}
             else:
                 stats = run(train, fmt, out / name / "train.spacy", limit=limit)
                 run(dev, fmt, out / name / "dev.spacy", limit=limit)
+                rates = {"dev": file_rates(task, out / name / "train.spacy", out / name / "dev.spacy")}
             entry.update(train=str(out / name / "train.spacy"), dev=str(out / name / "dev.spacy"))
             entry["counts"] = {k: v["written"] for k, v in stats["outputs"].items()}
         if test and (assets / test).exists():
             run(test, fmt, out / name / "test.spacy")
             entry.update(eval=str(out / name / "test.spacy"), eval_split="test")
+            if train:
+                rates["test"] = file_rates(task, out / name / "train.spacy", out / name / "test.spacy")
         elif train:
             entry.update(eval=entry["dev"], eval_split="dev",
                          eval_note=f"held-back test file {test} is absent: scores are on the dev split")
@@ -116,6 +143,11 @@ def main() -> None:
         else:
             print(f"NOTE {name}: {test} is absent; no cross-corpus score for {name}")
             continue
+        if train:
+            # the share of each split that training has seen: a dev set is only as hard as the
+            # test when these match (OOV rate of words for CWS, seen entities for NER)
+            entry["rates"] = rates
+            print(f"{name}: " + "; ".join(f"{split} {describe_rates(r)}" for split, r in rates.items()))
         if name in DICTIONARIES:
             entry["dictionary"] = str(assets / DICTIONARIES[name])
         elif task == "cws":

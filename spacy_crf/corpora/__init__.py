@@ -4,7 +4,8 @@ readers.
 
 Modules: :mod:`.base` (errors, warnings, line reading), one module per
 family of formats (:mod:`.sighan`, :mod:`.char_tags`, :mod:`.cluener`),
-:mod:`.split` (long docs, dev carving), :mod:`.convert` (``.spacy`` output
+:mod:`.split` (long docs, dev carving), :mod:`.rates` (how much of a
+dev or test split training has seen), :mod:`.convert` (``.spacy`` output
 with counts) and :mod:`.readers` (``spacy_crf.CharCorpus.v1``,
 ``spacy_crf.JointCorpus.v1``). A new format is one module with a
 ``read_<format>(path, vocab, *, stats)`` function, added to
@@ -58,11 +59,11 @@ from .cluener import MENTIONS_KEY, read_cluener
 from .convert import FORMATS, convert_corpus, corpus_counts, read_corpus
 from .readers import CharCorpus, JointCorpus, create_char_corpus_reader, create_joint_corpus_reader
 from .sighan import read_sighan, read_word_list, read_word_set
-from .split import CUT_KINDS, SplitError, carve_dev, split_long
+from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, SplitError, carve_dev, dev_blocks, split_long
 
 __all__ = [
-    "CUT_KINDS", "FORMATS", "MENTIONS_KEY", "CharCorpus", "CorpusFormatError", "CorpusWarning", "JointCorpus",
-    "PathLike", "SplitError", "carve_dev", "char_tokenizer", "convert_corpus", "corpus_counts",
+    "CARVES", "CUT_KINDS", "DEFAULT_BLOCK_SIZE", "FORMATS", "MENTIONS_KEY", "CharCorpus", "CorpusFormatError", "CorpusWarning", "JointCorpus",
+    "PathLike", "SplitError", "carve_dev", "char_tokenizer", "dev_blocks", "convert_corpus", "corpus_counts",
     "create_char_corpus_reader", "create_joint_corpus_reader", "doc_source", "read_char_bio", "read_char_bmes",
     "read_cluener", "read_corpus", "read_sighan", "read_weibo", "read_word_list", "read_word_set",
     "split_long",

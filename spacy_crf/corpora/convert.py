@@ -15,7 +15,8 @@ from .base import CorpusFormatError, CorpusWarning, PathLike
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import read_cluener
 from .sighan import read_sighan
-from .split import CUT_KINDS, carve_dev, split_long
+from .rates import split_rates
+from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, carve_dev, split_long
 
 FORMATS = ("sighan", "bio", "bmes", "weibo", "cluener")
 
@@ -70,7 +71,16 @@ def _print_counts(title: str, counts: Dict[str, object]) -> None:
         msg.table(counts["entities"], header=("label", "entities"), divider=True)  # type: ignore[arg-type]
 
 
-def check_convert_options(fmt: str, *, max_chars: int, dev_ratio: float, seed: int, limit: Optional[int]) -> None:
+def _print_rates(rates: Dict[str, object]) -> None:
+    if rates.get("oov_rate") is not None:
+        msg.info(f"dev words not in training (OOV rate): {rates['oov_rate'] * 100:.2f}% of {rates['words']:,}")
+    if rates.get("seen_rate") is not None:
+        msg.info(f"dev entities also in training (text and label): {rates['seen_rate'] * 100:.2f}% "
+                 f"of {rates['entities']:,}")
+
+
+def check_convert_options(fmt: str, *, max_chars: int, dev_ratio: float, seed: int, limit: Optional[int],
+                          carve: str = "blocks", block_size: int = DEFAULT_BLOCK_SIZE) -> None:
     """Raise ``ValueError`` naming the option for an invalid :func:`convert_corpus` setting."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -80,6 +90,11 @@ def check_convert_options(fmt: str, *, max_chars: int, dev_ratio: float, seed: i
     check_number("dev_ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an integer, got {seed!r}")
+    if carve not in CARVES:
+        raise ValueError(f"unknown dev carve {carve!r}; expected one of {', '.join(CARVES)}")
+    if not isinstance(block_size, int) or isinstance(block_size, bool):
+        raise ValueError(f"block_size must be an integer, got {block_size!r}")
+    check_number("block_size", block_size, minimum=1)
     if limit is not None:
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise ValueError(f"limit must be an integer, got {limit!r}")
@@ -95,6 +110,8 @@ def convert_corpus(
     dev_output: Optional[PathLike] = None,
     dev_ratio: float = 0.1,
     seed: int = 0,
+    carve: str = "blocks",
+    block_size: int = DEFAULT_BLOCK_SIZE,
     limit: Optional[int] = None,
     max_warnings: int = 10,
 ) -> Dict[str, object]:
@@ -102,25 +119,30 @@ def convert_corpus(
 
     Order of steps: read everything; keep the first ``limit`` docs (if given);
     carve ``dev_ratio`` of the docs into ``dev_output`` (if given, by whole
-    sentences with ``seed``); split docs longer than ``max_chars`` characters
+    sentences with ``seed``: runs of ``block_size`` consecutive docs with
+    ``carve="blocks"``, single docs with ``carve="lines"``, see
+    :func:`~.split.carve_dev`); split docs longer than ``max_chars`` characters
     (:func:`split_long`, ``0`` = no splitting). Counts are printed and returned
     for each step: ``read`` (the whole file), ``kept`` (after ``limit``), and
     ``outputs[NAME]`` with ``before_split`` and ``written`` counts, where NAME
-    is ``train`` and ``dev`` when a dev set is carved, else ``output``. The
+    is ``train`` and ``dev`` when a dev set is carved, else ``output``; with
+    a carved dev, its settings (``carve``) and how much of it training has
+    seen (``dev_rates``, :func:`~.rates.split_rates`). The
     reader's own counts (blank lines, repairs) are under ``reader`` and the
     number of warnings under ``warnings``. Splitting is checked to keep every
     character, word and entity.
 
     Everything is checked before anything is written, and nothing partial is
     ever written: the options (``max_chars >= 0``, ``0 <= dev_ratio < 1``,
-    ``limit >= 1`` or None) and the paths (no output may be the input or
+    ``carve``, ``block_size >= 1``, ``limit >= 1`` or None) and the paths (no output may be the input or
     the other output, see :func:`~spacy_crf.util.check_output_paths`) before
     reading; an empty corpus (no docs), or a dev carving that leaves the dev
     or the training part empty, is an error naming the input file; every
     part is split before the first is written; and each output is written
     to a temporary file in its directory and renamed into place.
     """
-    check_convert_options(fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit)
+    check_convert_options(fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit, carve=carve,
+                          block_size=block_size)
     check_output_paths([input_path], [output_path, dev_output])
     is_cws = fmt == "sighan"
     vocab = Vocab()
@@ -156,13 +178,19 @@ def convert_corpus(
 
     parts: List[Tuple[str, List[Doc], PathLike]]
     if dev_output is not None:
-        train, dev = carve_dev(docs, dev_ratio, seed)
+        train, dev = carve_dev(docs, dev_ratio, seed, carve=carve, block_size=block_size)
+        carved: Dict[str, object] = {"carve": carve, "dev_ratio": dev_ratio, "seed": seed}
+        if carve == "blocks":
+            carved["block_size"] = block_size
+        stats["carve"] = carved
         if not train or not dev:
             raise ValueError(
                 f"{input_path}: carving a dev set with ratio {dev_ratio} from {len(docs)} docs leaves "
                 f"{len(train)} training and {len(dev)} dev docs; both need at least one"
             )
         parts = [("train", train, output_path), ("dev", dev, dev_output)]
+        stats["dev_rates"] = split_rates("cws" if is_cws else "ner", train, dev)
+        _print_rates(stats["dev_rates"])  # type: ignore[arg-type]
     else:
         parts = [("output", docs, output_path)]
     # split every part before writing any, so that a SplitError leaves no output behind
@@ -170,7 +198,8 @@ def convert_corpus(
     for name, part, path in parts:
         before = corpus_counts(part, is_cws)
         if dev_output is not None:
-            _print_counts(f"{name} (dev ratio {dev_ratio}, seed {seed})", before)
+            how = f"blocks of {block_size}" if carve == "blocks" else "lines"
+            _print_counts(f"{name} (dev ratio {dev_ratio}, seed {seed}, {how})", before)
         cuts: Counter = Counter()
         pieces = _split_all(part, max_chars, cuts)
         written = corpus_counts(pieces, is_cws)
