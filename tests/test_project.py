@@ -96,4 +96,4 @@ def test_a_training_seed_does_not_change_the_data():
     corpus = next(c for c in project["commands"] if c["name"] == "corpus")
     script = " ".join(corpus["script"])
     assert "--seed ${vars.split_seed}" in script and "${vars.seed}" not in script
-    assert project["vars"]["split_seed"] == 0
+    assert project["vars"]["split_seed"] == 3
