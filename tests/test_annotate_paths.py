@@ -194,3 +194,59 @@ def test_the_command_names_the_option_out_of_range(pipeline_dir, tmp_path, no_en
     write_jsonl(tmp_path / "in.jsonl", RECORDS)
     code, said = run_cli(pipeline_dir, tmp_path / "in.jsonl", tmp_path / "out", "--engine", "ray", option, value)
     assert code == 2 and option in said and "Traceback" not in said
+
+
+# --- Ray: a shard that cannot be read, and an actor killed mid-run ---------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, on its context
+def test_ray_names_a_non_utf8_shard_as_local_does_and_keeps_the_shards_before(ray_session, pipeline_dir, tmp_path):
+    src = tmp_path / "in"
+    write_jsonl(src / "a.jsonl", RECORDS)
+    write_jsonl(src / "b.jsonl", RECORDS)
+    (src / "c.jsonl").write_bytes(b'{"text": "\xe5\xbc\xa0"}\n{"text": "\xff\xfe"}\n')
+    said = {}
+    for engine in ("local", "ray"):
+        out = tmp_path / engine
+        with pytest.raises(AnnotateError) as err:
+            annotate(str(pipeline_dir), str(src), str(out), engine=engine, workers=2, batch_size=2, progress=False)
+        said[engine] = str(err.value)
+        assert sorted(outputs(out)) == ["a.jsonl", "b.jsonl"]  # the good shards before it are committed
+    assert said["ray"] == said["local"]
+    assert "c.jsonl" in said["ray"] and "\n" not in said["ray"] and "Ray" not in said["ray"]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_session, pipeline_dir, tmp_path,
+                                                                       monkeypatch):
+    src = tmp_path / "in"
+    for k in range(3):
+        write_jsonl(src / f"s{k}.jsonl", [{"text": t, "id": f"{k}-{i}"} for i, t in enumerate(TEXTS)])
+    killed = tmp_path / "killed"
+
+    class KilledOnce(engines_module.RayAnnotator):
+        """Kills its own actor (ray.kill, as a lost node or an OOM kill would)
+        during its first chunk of the second shard, once per run."""
+
+        def __call__(self, batch):
+            import time
+
+            import ray
+
+            shard = batch.column("rows").to_pylist()[0][0]["shard"]
+            if shard == 1 and not killed.exists():
+                killed.write_text(str(os.getpid()), encoding="utf8")
+                ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
+                time.sleep(60)  # killed while this chunk is in flight
+            return super().__call__(batch)
+
+    monkeypatch.setattr(engines_module, "RayAnnotator", KilledOnce)
+    summary = annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), engine="ray", workers=2, batch_size=2,
+                       progress=False)
+    pid = int(killed.read_text(encoding="utf8"))
+    with pytest.raises(ProcessLookupError):  # that actor's process is gone: its chunk was redone elsewhere
+        os.kill(pid, 0)
+    got = outputs(tmp_path / "out")
+    assert {name: [r["id"] for r in records] for name, records in got.items()} == \
+        {f"s{k}.jsonl": [f"{k}-{i}" for i in range(len(TEXTS))] for k in range(3)}
+    assert summary["docs"] == 3 * len(TEXTS) and summary["shards_written"] == 3
