@@ -209,7 +209,7 @@ def test_ray_names_a_non_utf8_shard_as_local_does_and_keeps_the_shards_before(ra
     for engine in ("local", "ray"):
         out = tmp_path / engine
         with pytest.raises(AnnotateError) as err:
-            annotate(str(pipeline_dir), str(src), str(out), engine=engine, workers=2, batch_size=2, progress=False)
+            annotate(str(pipeline_dir), str(src), str(out), engine=engine, batch_size=2, progress=False)
         said[engine] = str(err.value)
         assert sorted(outputs(out)) == ["a.jsonl", "b.jsonl"]  # the good shards before it are committed
     assert said["ray"] == said["local"]

@@ -16,7 +16,10 @@ Both engines run the same code on the same batches (``shard_chunks``:
   ``n_process=1``, and a block is one chunk: the pool balances chunks, not
   shards, and results stream back chunk by chunk. The driver iterates the result with ``preserve_order`` and
   writes each shard itself (one output per input shard, counts checked,
-  temporary name then rename). Reading the shards on the cluster keeps the
+  temporary name then rename). A shard that cannot be read (not UTF-8, gone)
+  comes back as a "fatal" row in its place, so the driver commits the shards
+  before it and fails with the local engine's message; a killed actor is
+  restarted and its chunk retried. Reading the shards on the cluster keeps the
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
