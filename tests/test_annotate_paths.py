@@ -33,7 +33,8 @@ def run_cli(*args):
 # --- item 1: an output is never an input -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["same", "dotdot", "symlink", "folder_is_input_folder", "folder_holds_input"])
+@pytest.mark.parametrize("how", ["same", "dotdot", "symlink", "hardlink", "folder_is_input_folder",
+                                 "folder_holds_input"])
 def test_an_output_that_is_the_input_is_refused_and_the_input_kept(pipeline_dir, tmp_path, monkeypatch, no_engine,
                                                                    how):
     monkeypatch.chdir(tmp_path)
@@ -45,11 +46,14 @@ def test_an_output_that_is_the_input_is_refused_and_the_input_kept(pipeline_dir,
         "same": ("d/in.jsonl", "d/in.jsonl"),
         "dotdot": ("d/in.jsonl", "d/sub/../in.jsonl"),
         "symlink": ("d/in.jsonl", "link.jsonl"),
+        "hardlink": ("d/in.jsonl", "hard.jsonl"),
         "folder_is_input_folder": ("d", "d"),
         "folder_holds_input": ("d/in.jsonl", "d"),
     }[how]
     if how == "symlink":
         os.symlink(data / "in.jsonl", tmp_path / "link.jsonl")
+    if how == "hardlink":
+        os.link(data / "in.jsonl", tmp_path / "hard.jsonl")
     with pytest.raises(AnnotateError, match=r"would overwrite the input .*in\.jsonl"):
         annotate(str(pipeline_dir), input_path, output, progress=False)
     assert (data / "in.jsonl").read_bytes() == before
