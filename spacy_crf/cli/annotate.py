@@ -39,9 +39,10 @@ def annotate_cli(
     temporary name and renamed once its record count equals the count read;
     a rerun skips finished shards whose input is unchanged and redoes the
     others. No output may be an input, and a file at an output path that
-    annotate did not write is refused unless --force. A record holds the id, the text, the
-    words as (start, end) character offsets, the entities as {start, end,
-    label} and the input record's other fields; records keep the input order.
+    annotate did not write is refused unless --force. A record holds the
+    id, the text, the words as (start, end) character offsets, the entities
+    as {start, end, label} and the input record's other fields; records keep
+    the input order.
 
     \b
     Examples:
