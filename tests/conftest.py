@@ -152,3 +152,15 @@ def tiny_bert_dir(tmp_path_factory):
     )
     BertModel(config).save_pretrained(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray instance (2 CPUs) for the whole test session, shared by
+    every test module that runs the Ray engine."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True,
+             logging_level="warning")
+    yield ray
+    ray.shutdown()

@@ -282,17 +282,6 @@ def test_parquet_and_spacy_outputs(pipeline_dir, tmp_path):
         annotate(str(pipeline_dir), str(tmp_path / "*.jsonl"), str(tmp_path / "z.jsonl"), progress=False)
 
 
-@pytest.fixture(scope="session")
-def ray_session():
-    """One local Ray instance (2 CPUs) for the whole test session."""
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True,
-             logging_level="warning")
-    yield ray
-    ray.shutdown()
-
-
 def test_command_line(pipeline_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -16,7 +16,10 @@ Both engines run the same code on the same batches (``shard_chunks``:
   ``n_process=1``, and a block is one chunk: the pool balances chunks, not
   shards, and results stream back chunk by chunk. The driver iterates the result with ``preserve_order`` and
   writes each shard itself (one output per input shard, counts checked,
-  temporary name then rename). Reading the shards on the cluster keeps the
+  temporary name then rename). A shard that cannot be read (not UTF-8, gone)
+  comes back as a "fatal" row in its place, so the driver commits the shards
+  before it and fails with the local engine's message; a killed actor is
+  restarted and its chunk retried. Reading the shards on the cluster keeps the
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
@@ -24,7 +27,7 @@ import os
 from itertools import chain
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
-from .io import dumps, read_rows
+from .io import AnnotateError, dumps, read_rows
 from .records import add_confidence, annotations, words_key
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
@@ -154,8 +157,17 @@ def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
 
     schema, _ = _schemas()
     for shard in batch.to_pylist():
-        for rows in shard_chunks(shard["path"], shard["shard"], shard["name"], text_key, id_key, chunk):
-            yield pa.Table.from_pylist([{"rows": rows}], schema=schema)
+        try:
+            for rows in shard_chunks(shard["path"], shard["shard"], shard["name"], text_key, id_key, chunk):
+                yield pa.Table.from_pylist([{"rows": rows}], schema=schema)
+        except (AnnotateError, OSError) as err:
+            # Raised here, the error would reach the driver wrapped in Ray's
+            # traceback and retry advice, ahead of the finished shards still in
+            # flight. As a "fatal" row it travels in order, after them, and the
+            # driver raises it as the local engine does.
+            row = {"shard": shard["shard"], "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
+            yield pa.Table.from_pylist([{"rows": [row]}], schema=schema)
+            return
 
 
 class RayAnnotator:
@@ -227,6 +239,10 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
                                    "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
             batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
+            # An actor that dies (node lost, OOM kill, ray.kill) is restarted and
+            # its chunk retried, whatever Ray's defaults: a chunk's output is
+            # taken once, so every record still comes back exactly once, in order.
+            max_restarts=-1, max_task_retries=-1,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for packed in batch.column("rows").to_pylist():

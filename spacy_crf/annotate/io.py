@@ -9,18 +9,22 @@ Every engine sees the same stream of *rows* (plain dicts), produced by
 * ``kind="error"``: a bad record: ``error`` says why, ``line`` where.
 * ``kind="end"``: the last row of every shard; ``meta`` holds the counts read
   (``{"docs": ..., "errors": ...}``), which the writer checks its own count
-  against before the shard's output gets its final name.
+  against before the shard's output gets its final name, and ``input``: the
+  shard file's identity (``file_identity``), taken before it was read.
 
 The rows travel through the engine in order, so the driver writes each shard
 from one ordered stream and knows exactly when a shard is complete.
 """
 import glob
 import gzip
+import hashlib
 import io
 import json
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from ..util import PathLike
 
 INPUT_SUFFIXES = {
     ".txt": "txt",
@@ -79,6 +83,25 @@ def find_shards(input_path: str) -> Tuple[Path, List[Path]]:
     return root, files
 
 
+def file_identity(path: PathLike) -> Dict[str, Any]:
+    """Size and SHA-256 of a file's bytes (compressed bytes for a ``.gz``):
+    what tells a resume that a shard is the one that was annotated. The
+    modification time is left out on purpose: a copy that keeps it (``cp -p``,
+    ``rsync -t``) or a clock that goes back would hide a change."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def bytes_identity(data: bytes) -> Dict[str, Any]:
+    """``file_identity`` of a file that will hold ``data``."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def output_path(shard: Path, root: Path, out_dir: Path, fmt: str) -> Path:
     rel = shard.relative_to(root)
     return out_dir / rel.parent / (strip_input_suffix(rel.name) + OUTPUT_FORMATS[fmt])
@@ -129,6 +152,9 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
     p = Path(path)
     kind = input_kind(p)
     n_docs = n_errors = 0
+    # before reading: a shard that changes while it is read gets a stale
+    # identity, which the next resume sees as a change and redoes
+    identity = file_identity(p)
 
     def count(row):
         nonlocal n_docs, n_errors
@@ -167,7 +193,7 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
             except UnicodeDecodeError as e:
                 raise AnnotateError(f"{path}: not UTF-8 text after line {n_docs + n_errors}: {e}") from None
     yield {"shard": shard, "line": 0, "kind": "end", "text": "", "error": None,
-           "meta": dumps({"docs": n_docs, "errors": n_errors})}
+           "meta": dumps({"docs": n_docs, "errors": n_errors, "input": identity})}
 
 
 # --- output shards --------------------------------------------------------------
@@ -185,6 +211,7 @@ class ShardWriter:
         self.tmp = partial_path(final)
         self.tmp.parent.mkdir(parents=True, exist_ok=True)
         self.count = 0
+        self._closed = False
 
     def add(self, record: Dict[str, Any], doc_bytes: Optional[bytes] = None) -> None:
         raise NotImplementedError
@@ -192,12 +219,19 @@ class ShardWriter:
     def close(self) -> None:
         pass
 
+    def finish(self) -> Path:
+        """Close the temporary file (once: closing a Parquet writer twice would
+        start the file anew) and return its path."""
+        if not self._closed:
+            self._closed = True
+            self.close()
+        return self.tmp
+
     def commit(self) -> None:
-        self.close()
-        os.replace(self.tmp, self.final)
+        os.replace(self.finish(), self.final)
 
     def abort(self) -> None:
-        self.close()
+        self.finish()
 
 
 class JsonlWriter(ShardWriter):

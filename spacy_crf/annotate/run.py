@@ -4,10 +4,13 @@ OUTPUT is a folder (one output file per input shard, same relative path,
 the format's extension) unless it ends in ``.jsonl``/``.parquet``/``.spacy``
 and the input is one file: then it is that file. Each output is written as
 ``.NAME.partial`` and renamed once its record count equals the count read;
-a rerun skips outputs that exist (``resume``) and redoes the rest. Per-shard
-counts and skipped records are kept in ``OUTPUT/.annotate/`` (renamed into
-place before the output is), and ``errors.jsonl`` is rebuilt from them at
-the end, so a shard redone after a crash never lists its errors twice.
+a rerun skips outputs that exist and whose input is unchanged (``resume``)
+and redoes the rest. Per-shard counts, skipped records and the identities
+of the input read and the output written are kept in ``OUTPUT/.annotate/``
+(renamed into place before the output is; see ``state``), and
+``errors.jsonl`` is rebuilt from them at the end, so a shard redone after a
+crash never lists its errors twice. Nothing but this command's own outputs
+is overwritten, unless ``force``.
 """
 import json
 import os
@@ -19,15 +22,25 @@ from typing import Any, Dict, List, Optional
 from .engines import ENGINES
 from .io import (
     OUTPUT_FORMATS,
-    STATE_DIR,
     AnnotateError,
+    bytes_identity,
     dumps,
+    file_identity,
     find_shards,
     make_writer,
     output_path,
 )
-from ..util import write_text_atomic
+from ..util import write_bytes_atomic, write_text_atomic
 from .records import make_record
+from .state import (
+    check_errors_file,
+    check_options,
+    check_paths,
+    is_own_output,
+    plan_shards,
+    remove_own,
+    state_path,
+)
 
 
 class _Progress:
@@ -80,6 +93,7 @@ def annotate(
     gpus_per_worker: float = 0.0,
     confidence: bool = False,
     resume: bool = True,
+    force: bool = False,
     on_error: str = "raise",
     progress: Any = True,
 ) -> Dict[str, Any]:
@@ -91,8 +105,16 @@ def annotate(
     read count (naming the shard); the finished shards stay and a rerun
     continues from there. ``progress``: a tqdm bar (True), nothing (False), or
     a function called with (docs, chars) so far after each record.
+
+    Before any work, raises ``AnnotateError`` on an option out of range, an
+    output that is an input (or an output folder holding one), and an
+    existing output file that this command did not write (unless ``force``).
+    A finished shard whose input changed is redone; the summary's ``redone``
+    lists them with the reason.
     """
     start = time.perf_counter()
+    check_options(batch_size=batch_size, n_process=n_process, threads=threads, workers=workers,
+                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker)
     if engine not in ENGINES:
         raise AnnotateError(f"unknown engine {engine!r}; use one of {sorted(ENGINES)}")
     if on_error not in ("raise", "skip"):
@@ -118,8 +140,9 @@ def annotate(
         out_dir = out.parent
         errors_path = out.parent / (out.name[: -len(OUTPUT_FORMATS[fmt])] + ".errors.jsonl")
     else:
-        inside = [s for s in shards if out.resolve() in s.resolve().parents]
-        shards = [s for s in shards if s not in inside]  # OUTPUT inside INPUT: not an input
+        # OUTPUT inside INPUT: its outputs are not inputs; any other file there is,
+        # and check_paths refuses it
+        shards = [s for s in shards if not (out.resolve() in s.resolve().parents and is_own_output(out, s))]
         if not shards:
             raise AnnotateError(f"{input}: no input files outside the output folder {out}")
         finals = [output_path(s, root, out, fmt) for s in shards]
@@ -130,9 +153,12 @@ def annotate(
             if final in seen:
                 raise AnnotateError(f"{seen[final]} and {shard} would both be written to {final}")
             seen[final] = shard
+    check_paths(pipeline, shards, finals, errors_path, out if by_ext is None else None)
     names = [str(s.relative_to(root)) for s in shards]
-    states = [out_dir / STATE_DIR / (str(f.relative_to(out_dir)) + ".json") for f in finals]
-    pending = [i for i, f in enumerate(finals) if not (resume and f.exists() and states[i].exists())]
+    states = [state_path(out_dir, f) for f in finals]
+    errors_state = state_path(out_dir, errors_path)
+    pending, redone = plan_shards(shards, finals, states, resume=resume, force=force)
+    check_errors_file(errors_path, errors_state, force)
     todo = [(i, str(shards[i]), names[i]) for i in pending]
 
     stream = ENGINES[engine](
@@ -175,6 +201,8 @@ def annotate(
                     break
                 errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
                 skipped += 1
+            elif kind == "fatal":  # a shard that cannot be read, from the Ray engine (see engines)
+                raise AnnotateError(row["error"])
             else:  # "end": the shard is complete; check and commit it
                 counts = json.loads(row["meta"])
                 writer = writers.pop(i, None) or make_writer(fmt, finals[i], confidence)
@@ -185,10 +213,14 @@ def annotate(
                         f"shard {shards[i]}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
                         f"{writer.count} ({n_errors} bad); its output was not finished")
                 err_text = "".join(dumps(e) + "\n" for e in errors.pop(i, []))
+                written = file_identity(writer.finish())
+                remove_own(finals[i], states[i])
                 write_text_atomic(states[i].with_suffix(".errors.jsonl"), err_text)
                 write_text_atomic(states[i], dumps({"shard": str(shards[i]), "output": str(finals[i]),
                                                 "records": writer.count, "skipped": n_errors,
-                                                "chars": shard_chars.pop(i, 0)}) + "\n")
+                                                "chars": shard_chars.pop(i, 0),
+                                                "input": counts.get("input") or file_identity(shards[i]),
+                                                "written": written}) + "\n")
                 writer.commit()
                 finished.append(i)
         if fatal is not None:
@@ -209,10 +241,11 @@ def annotate(
         err_file = st.with_suffix(".errors.jsonl")
         if err_file.exists():
             err_lines.append(err_file.read_text(encoding="utf8"))
+    remove_own(errors_path, errors_state)
     if any(err_lines):
-        write_text_atomic(errors_path, "".join(err_lines))
-    elif errors_path.exists():
-        errors_path.unlink()
+        data = "".join(err_lines).encode("utf8")
+        write_text_atomic(errors_state, dumps({"output": str(errors_path), "written": bytes_identity(data)}) + "\n")
+        write_bytes_atomic(errors_path, data)
     seconds = time.perf_counter() - start
     return {
         "docs": docs, "chars": chars, "seconds": round(seconds, 3),
@@ -221,5 +254,5 @@ def annotate(
         "first_record_s": round(first_record, 3) if first_record is not None else None,
         "skipped": skipped, "shards": len(shards), "shards_written": len(finished),
         "shards_resumed": len(shards) - len(pending), "errors_file": str(errors_path) if any(err_lines) else None,
-        "engine": engine, "format": fmt,
+        "engine": engine, "format": fmt, "redone": redone,
     }

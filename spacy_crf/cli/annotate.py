@@ -6,7 +6,7 @@ from typing import Optional
 import typer
 from wasabi import msg
 
-from ._app import app
+from ._app import app, check_option
 
 
 @app.command("annotate")
@@ -27,7 +27,8 @@ def annotate_cli(
     cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker", help="ray: CPUs (and torch threads) per actor"),
     gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="ray: GPUs per actor (e.g. 1, or 0.5 for two actors a GPU)"),
     confidence: bool = typer.Option(False, "--confidence", help="Add each entity's confidence from the CRF marginals"),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip shards whose output is complete"),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip shards whose output is complete and whose input is unchanged"),
+    force: bool = typer.Option(False, "--force", help="Overwrite existing files at the output paths that annotate did not write"),
     on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: log it to errors.jsonl"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar"),
     # fmt: on
@@ -36,9 +37,12 @@ def annotate_cli(
 
     Each input file is a shard and gets one output file, written under a
     temporary name and renamed once its record count equals the count read;
-    a rerun skips finished shards. A record holds the id, the text, the
-    words as (start, end) character offsets, the entities as {start, end,
-    label} and the input record's other fields; records keep the input order.
+    a rerun skips finished shards whose input is unchanged and redoes the
+    others. No output may be an input, and a file at an output path that
+    annotate did not write is refused unless --force. A record holds the
+    id, the text, the words as (start, end) character offsets, the entities
+    as {start, end, label} and the input record's other fields; records keep
+    the input order.
 
     \b
     Examples:
@@ -50,15 +54,23 @@ def annotate_cli(
     """
     from ..annotate import AnnotateError, annotate
 
+    for option, value, minimum in [("--batch-size", batch_size, 1), ("--n-process", n_process, 1),
+                                   ("--workers", workers, 1), ("--cpus-per-worker", cpus_per_worker, 0),
+                                   ("--gpus-per-worker", gpus_per_worker, 0)]:
+        check_option(option, value, minimum=minimum)
+    if threads is not None:
+        check_option("--threads", threads, minimum=1, hint="leave it out for the default")
     try:
         summary = annotate(
             pipeline, input_path, str(output_path), fmt=fmt, text_key=text_key, id_key=id_key, engine=engine,
             n_process=n_process, batch_size=batch_size, threads=threads, address=address, workers=workers,
             cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, confidence=confidence,
-            resume=resume, on_error=on_error, progress=progress,
+            resume=resume, force=force, on_error=on_error, progress=progress,
         )
     except (AnnotateError, OSError) as err:
         msg.fail(str(err), exits=1)
+    for shard in summary["redone"]:
+        msg.warn(f"redid {shard['shard']}: {shard['reason']}")
     msg.good(
         f"{summary['docs']:,} docs, {summary['chars']:,} chars in {summary['seconds']:.1f}s "
         f"({summary['docs_per_s']:,.1f} docs/s, {summary['chars_per_s']:,.0f} chars/s; "
