@@ -4,9 +4,9 @@ Importing the package has no side effects: it registers nothing and imports
 neither torch nor spaCy. spaCy finds the factories (``crf_tagger``,
 ``crf_ner``, ``crf_segmenter``, ``span_ner``, ``crf_merge_words``), the
 ``spacy_crf.CRFTagger.v1`` and ``spacy_crf.SpanPointer.v1`` architectures,
-the optimizers, scorers and corpus readers through the package's entry
-points, and imports each module when a config first names it. Without an
-installed package, import the modules themselves (``spacy_crf.factories``,
-``spacy_crf.corpora``, ...).
+the optimizers, scorers, corpus readers, callbacks and the timed logger
+through the package's entry points, and imports each module when a config
+first names it. Without an installed package, import the modules themselves
+(``spacy_crf.factories``, ``spacy_crf.corpora``, ``spacy_crf.loggers``, ...).
 """
 __version__ = "0.1.0"

@@ -103,6 +103,14 @@ def test_the_preloaded_jemalloc_is_the_one_the_child_process_runs():
     assert "jemalloc" in maps
 
 
+LAZY_CFG = (
+    '[training]\nmax_steps = 10\n\n[training.optimizer]\nlazy_rows = ["embeddings.word_embeddings.weight"]\n\n'
+    '[initialize]\n\n[initialize.after_init]\n@callbacks = "spacy_crf.sparse_embeddings.v1"\n'
+    'patterns = ["embeddings.word_embeddings.weight"]\n\n'
+    '[initialize.before_init]\n@callbacks = "spacy_crf.cpu_autocast.v1"\ndtype = "bfloat16"\n'
+)
+
+
 def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
     calls = run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true"))
     cmd = calls[0]
@@ -120,38 +128,73 @@ def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
     assert len(calls) == 1 and "--training.optimizer.lazy_rows" not in calls[0]
 
 
-def test_lazy_embeddings_overrides_load_into_the_joint_config():
-    """spaCy parses the overrides as spacy train would, and the callback resolves."""
+def test_the_variant_flags_leave_a_config_that_has_them_as_it_is(inputs, monkeypatch):
+    # configs/joint.cfg has lazy rows and autocast: asking for them again adds nothing to spacy train
+    (inputs / "joint.cfg").write_text(LAZY_CFG, encoding="utf8")
+    calls = run_main(monkeypatch, argv("same", "--lazy-embeddings", "true", "--autocast", "bfloat16"))
+    assert not any(o.startswith("--initialize") or "lazy_rows" in o for o in calls[0])
+    run_main(monkeypatch, argv("default"))
+    recipe = lambda run: srsly.read_json(inputs / run / "train_meta.json")["recipe"]  # noqa: E731
+    assert recipe("same") == recipe("default")
+
+
+def test_the_variant_flags_replace_what_the_config_says(inputs, monkeypatch):
+    # the float32, dense-Adam variant of a config that has autocast and lazy rows (the curve's runs)
+    from spacy.cli._util import parse_config_overrides
+    from spacy.util import load_config
+
+    (inputs / "joint.cfg").write_text(LAZY_CFG, encoding="utf8")
+    cmd = run_main(monkeypatch, argv("plain", "--lazy-embeddings", "false", "--autocast", "none"))[0]
+    at = cmd.index("--training.optimizer.lazy_rows")
+    overrides = parse_config_overrides(cmd[at:at + 6])
+    loaded = load_config(inputs / "joint.cfg", overrides=overrides, interpolate=False)
+    assert loaded["training"]["optimizer"]["lazy_rows"] == []
+    assert loaded["initialize"]["after_init"] is None and loaded["initialize"]["before_init"] is None
+    meta = srsly.read_json(inputs / "plain" / "train_meta.json")
+    assert "--initialize.before_init" in meta["recipe"]["overrides"]
+
+
+def test_the_variant_overrides_load_into_the_joint_config():
+    """spaCy parses the overrides as spacy train would, and the callbacks resolve."""
     from spacy.cli._util import parse_config_overrides
     from spacy.util import load_config, registry
 
     config = Path(__file__).resolve().parents[1] / "configs" / "joint.cfg"
-    overrides = parse_config_overrides(train.lazy_overrides(True))
-    loaded = load_config(config, overrides=overrides, interpolate=False)
+    dense = parse_config_overrides(train.lazy_overrides("false") + train.autocast_overrides("none"))
+    loaded = load_config(config, overrides=dense, interpolate=False)
+    assert loaded["training"]["optimizer"]["lazy_rows"] == []
+    assert loaded["initialize"]["after_init"] is None and loaded["initialize"]["before_init"] is None
+    lazy = parse_config_overrides(train.lazy_overrides("true") + train.autocast_overrides("bfloat16"))
+    loaded = load_config(config, overrides=lazy, interpolate=False)
     assert loaded["training"]["optimizer"]["lazy_rows"] == ["embeddings.word_embeddings.weight"]
-    after_init = registry.resolve({"cb": loaded["initialize"]["after_init"]})["cb"]
-    assert callable(after_init)
-    train.check_callback_free(str(config), [], "after_init", "--lazy-embeddings true")
+    assert callable(registry.resolve({"cb": loaded["initialize"]["after_init"]})["cb"])
+    assert loaded["initialize"]["before_init"]["@callbacks"] == "spacy_crf.cpu_autocast.v1"
+    train.check_callback_slot(str(config), [], "after_init", train.SPARSE_CALLBACK, "--lazy-embeddings true")
+    train.check_callback_slot(str(config), [], "before_init", train.AUTOCAST_CALLBACK, "--autocast none")
 
 
-def test_lazy_embeddings_refuse_to_replace_an_after_init_callback(inputs, monkeypatch):
+def test_the_variant_flags_refuse_to_replace_another_callback(inputs, monkeypatch, capsys):
     (inputs / "joint.cfg").write_text(
-        '[training]\nmax_steps = 10\n\n[initialize]\n\n[initialize.after_init]\n@callbacks = "spacy.copy_from_base_model.v1"\n',
+        '[training]\nmax_steps = 10\n\n[initialize]\n\n[initialize.after_init]\n@callbacks = "spacy.copy_from_base_model.v1"\n'
+        '\n[initialize.before_init]\n@callbacks = "other.v1"\n',
         encoding="utf8",
     )
-    with pytest.raises(SystemExit, match="already has one"):
-        run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true"))
+    for flag in (["--lazy-embeddings", "true"], ["--lazy-embeddings", "false"], ["--autocast", "bfloat16"],
+                 ["--autocast", "none"]):
+        with pytest.raises(SystemExit, match="already has another callback"):
+            run_main(monkeypatch, argv("variant", *flag))
+    (inputs / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
     with pytest.raises(SystemExit, match="cannot be overridden as well"):
-        train.check_callback_free("joint.cfg", ["--initialize.after_init", "{}"], "after_init", "--lazy-embeddings true")
-
-
-def test_lazy_embeddings_take_true_or_false(inputs, monkeypatch, capsys):
-    assert train.lazy_overrides(False) == []
-    calls = run_main(monkeypatch, argv("dense", "--lazy-embeddings", "false"))
-    assert "--training.optimizer.lazy_rows" not in calls[0]
+        run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16", "--initialize.before_init", "{}"))
+    with pytest.raises(SystemExit, match="cannot be overridden as well"):
+        run_main(monkeypatch, argv("lazy", "--lazy-embeddings", "true", "--initialize.after_init", "{}"))
+    assert train.lazy_overrides("config") == train.autocast_overrides("config") == []
     with pytest.raises(SystemExit):
         run_main(monkeypatch, argv("other", "--lazy-embeddings", "yes"))
     assert "--lazy-embeddings: invalid choice: 'yes'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_main(monkeypatch, argv("bf16", "--autocast", "float16"))
+    assert "--autocast: invalid choice: 'float16'" in capsys.readouterr().err
 
 
 def test_autocast_reaches_spacy_train_and_the_recipe(inputs, monkeypatch):
@@ -164,27 +207,26 @@ def test_autocast_reaches_spacy_train_and_the_recipe(inputs, monkeypatch):
     # a float32 run is another recipe: --reuse must not copy the bfloat16 run for it
     calls = run_main(monkeypatch, argv("fp32", "--reuse", "bf16"))
     assert len(calls) == 1 and "--initialize.before_init" not in calls[0]
-    assert train.autocast_overrides("none") == []
 
 
-def test_autocast_overrides_load_into_the_joint_config():
-    from spacy.cli._util import parse_config_overrides
-    from spacy.util import load_config
-
-    overrides = parse_config_overrides(train.autocast_overrides("bfloat16"))
-    config = Path(__file__).resolve().parents[1] / "configs" / "joint.cfg"
-    loaded = load_config(config, overrides=overrides, interpolate=False)
-    assert loaded["initialize"]["before_init"]["@callbacks"] == "spacy_crf.cpu_autocast.v1"
-
-
-def test_autocast_refuses_to_replace_a_before_init_callback(inputs, monkeypatch, capsys):
+def test_overrides_that_repeat_the_config_are_dropped(inputs):
+    # spaCy's CLI reads 0.0003 one ulp off: an override repeating the config's rate
+    # would train another model than `spacy train CONFIG` does
     (inputs / "joint.cfg").write_text(
-        '[training]\nmax_steps = 10\n[initialize]\n[initialize.before_init]\n@callbacks = "other.v1"\n', encoding="utf8")
-    with pytest.raises(SystemExit, match="already has one"):
-        run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16"))
-    (inputs / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
-    with pytest.raises(SystemExit, match="cannot be overridden as well"):
-        run_main(monkeypatch, argv("bf16", "--autocast", "bfloat16", "--initialize.before_init", "{}"))
-    with pytest.raises(SystemExit):
-        run_main(monkeypatch, argv("bf16", "--autocast", "float16"))
-    assert "--autocast: invalid choice: 'float16'" in capsys.readouterr().err
+        "[paths]\ntrain = null\n\n[system]\nseed = 0\n\n[training]\nmax_steps = 10\nseed = ${system.seed}\n"
+        "flag = true\n\n[training.optimizer]\nrate = 3e-4\nmultiplier = 100.0\n", encoding="utf8")
+    same = ["--training.max_steps", "10", "--training.optimizer.rate", "0.0003", "--system.seed", "0",
+            "--training.optimizer.multiplier", "100", "--training.flag", "true"]
+    assert train.drop_unchanged("joint.cfg", same) == []
+    differ = ["--training.max_steps", "20", "--training.optimizer.rate", "0.001", "--paths.train", "t.spacy",
+              "--training.seed", "1", "--training.flag", "1", "--training.new", "0", "--some-flag"]
+    assert train.drop_unchanged("joint.cfg", differ) == differ
+    assert train.drop_unchanged("joint.cfg", same + differ) == differ
+
+
+def test_the_log_goes_to_paths_train_log_where_the_config_has_it(inputs, monkeypatch):
+    (inputs / "joint.cfg").write_text("[paths]\ntrain_log = null\n\n[training]\nmax_steps = 10\n", encoding="utf8")
+    cmd = run_main(monkeypatch, argv("logged"))[0]
+    assert cmd[-2:] == ["--paths.train_log", "logged/train_log.jsonl"]
+    # the log's path names the output: not part of the recipe
+    assert "--paths.train_log" not in srsly.read_json(inputs / "logged" / "train_meta.json")["recipe"]["overrides"]

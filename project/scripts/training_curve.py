@@ -3,7 +3,7 @@
 ``python scripts/training_curve.py training/joint --output metrics/training_curve --readme README.md``
 
 Reads what the run logged at every evaluation (``train_log.times.jsonl`` of
-``crf_project.TimedConsoleLogger.v1``, with CPU time, else spaCy's
+``spacy_crf.TimedConsoleLogger.v1``, with CPU time, else spaCy's
 ``train_log.jsonl``): SXU word F with its OOV and IV recall (the segmenter's
 ``spacy_crf.words_scorer.v2``) and MSRA entity F. Writes
 ``OUTPUT.json`` (every evaluation), ``OUTPUT.md`` (the table and how OOV recall
@@ -25,8 +25,8 @@ from wasabi import msg
 
 from readme_block import replace_block
 from spacy_crf.plots import finish_axes, save_figure, subplots
+from spacy_crf.loggers import times_path
 from spacy_crf.util import write_json_atomic, write_text_atomic
-from timed_logger import times_path
 
 #: the issue's dev targets, in percent
 TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}

@@ -1,4 +1,4 @@
-"""``crf_project.TimedConsoleLogger.v1``: spaCy's console logger plus what each evaluation cost.
+"""``spacy_crf.TimedConsoleLogger.v1``: spaCy's console logger plus what each evaluation cost.
 
 It is ``spacy.ConsoleLogger.v3`` with the same settings, and beside its
 ``output_file`` (``train_log.jsonl``) it writes ``train_log.times.jsonl``,
@@ -15,8 +15,12 @@ is written through a buffer), so a run stopped early keeps its points.
 ``seconds`` is spaCy's wall time since training started; ``cpu_seconds`` the
 CPU time of the training process since then (``time.process_time``: every
 torch thread, the dev evaluations included), the x axis of the project's
-quality-versus-CPU-time curve. Registered for ``spacy train --code
-scripts/timed_logger.py``.
+quality-versus-CPU-time curve.
+
+The shipped training config (``configs/joint.cfg``) names it, so it is found
+through the package's ``spacy_loggers`` entry point. It was the project
+script ``scripts/timed_logger.py`` (``crf_project.TimedConsoleLogger.v1``)
+before: that name stays registered, so the configs of earlier runs still load.
 """
 import json
 import sys
@@ -33,7 +37,7 @@ def times_path(output_file: Union[str, Path]) -> Path:
     return output_file.with_name(output_file.stem + ".times.jsonl")
 
 
-@registry.loggers("crf_project.TimedConsoleLogger.v1")
+@registry.loggers("spacy_crf.TimedConsoleLogger.v1")
 def timed_console_logger(progress_bar: Optional[str] = None, console_output: bool = True,
                          output_file: Optional[Union[str, Path]] = None):
     console = registry.loggers.get("spacy.ConsoleLogger.v3")(
@@ -65,3 +69,7 @@ def timed_console_logger(progress_bar: Optional[str] = None, console_output: boo
         return log, close
 
     return setup
+
+
+# The name under which the project registered it (``--code scripts/timed_logger.py``).
+registry.loggers.register("crf_project.TimedConsoleLogger.v1", func=timed_console_logger)
