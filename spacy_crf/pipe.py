@@ -257,7 +257,9 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         """Tags allowed at each token of ``doc`` when decoding: bool
         ``[len(doc), n_tags]``, or None when every tag is allowed everywhere
         (:func:`spacy_crf.forced.tag_mask`). ``preset``: also force what the
-        doc already says (entities, or entity boundaries with ``respect_ents``)."""
+        doc already says (entities, or entity boundaries with ``respect_ents``).
+        The user dictionary's forced entries are always applied
+        (:func:`spacy_crf.user_dict.constrain`)."""
         mask = forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
                                respect_ents=self.cfg.get("respect_ents", False))
         return _user_dict.constrain(self, doc, mask, preset=preset)

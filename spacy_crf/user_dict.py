@@ -294,8 +294,8 @@ def add_from_file(pipe, path: Union[str, Path]) -> int:
 
 
 class _Matchers(NamedTuple):
-    force: Lexicon
-    prior: Lexicon
+    force: Optional[Lexicon]  # None: no entry of two or more characters in the mode
+    prior: Optional[Lexicon]
     entries: Dict[str, UserEntry]
     singles: bool  # also match entries of one token (entities)
     modes: frozenset  # the modes the entries use
@@ -314,16 +314,22 @@ def _matchers(pipe) -> Optional[_Matchers]:
         if pipe.scheme in ("bio", "bioes"):
             for entry in entries.values():
                 _check_label(pipe, entry)
-        force = Lexicon(t for t, e in entries.items() if e.mode == "force")
-        prior = Lexicon(t for t, e in entries.items() if e.mode == "prior")
+        force, prior = (_lexicon([t for t, e in entries.items() if e.mode == mode]) for mode in MODES)
         modes = frozenset(e.mode for e in entries.values())
         udict._compiled = (key, _Matchers(force, prior, entries, pipe.scheme != "bmes", modes))
     return udict._compiled[1]
 
 
-def _occurrences(doc: Doc, lexicon: Lexicon, matchers: _Matchers, mode: str) -> List[Tuple[int, int, UserEntry]]:
+def _lexicon(texts: List[str]) -> Optional[Lexicon]:
+    # one-character texts are entities of one token, matched by _occurrences itself
+    longer = [t for t in texts if len(t) >= 2]
+    return Lexicon(longer) if longer else None
+
+
+def _occurrences(doc: Doc, lexicon: Optional[Lexicon], matchers: _Matchers,
+                 mode: str) -> List[Tuple[int, int, UserEntry]]:
     found = []
-    for start, end in lexicon.matches(doc):
+    for start, end in lexicon.matches(doc) if lexicon is not None else ():
         entry = matchers.entries.get("".join(t.text for t in doc[start:end]))
         if entry is not None and entry.mode == mode:
             found.append((start, end, entry))

@@ -179,6 +179,16 @@ def test_a_prior_word_tips_a_close_call_and_no_more(nlp):
     assert words(nlp("张三去上海")) == ["张三", "去", "上海"]  # elsewhere nothing changes
 
 
+def test_training_never_sees_the_user_dict(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    examples = [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
+                for w in SEG_WORDS]
+    without = segmenter.update(examples, sgd=None, losses={})[segmenter.name]
+    segmenter.add_user_words(["三去上", "北京工"])
+    segmenter.add_user_words(["天气好"], mode="prior", weight=50.0)
+    assert segmenter.update(examples, sgd=None, losses={})[segmenter.name] == pytest.approx(without)
+
+
 # --- entities ----------------------------------------------------------------------------
 
 
