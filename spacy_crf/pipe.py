@@ -400,6 +400,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         }
         if self.lexicon is not None:
             serialize["lexicon"] = lambda p: srsly.write_msgpack(p, sorted(self.lexicon.words))
+        # written even when empty, so that saving over an older save leaves no stale entries
         serialize[_user_dict.FILE] = lambda p: p.write_text(_user_dict.to_json(self), encoding="utf8")
         util.to_disk(path, serialize, exclude)
 
