@@ -27,6 +27,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .pipe import CRFTagger
+from .user_dict import add_from_file
 from .span_pipe import DEFAULT_SPAN_KEY, SpanNER
 from .schemes import SchemeError, check_scheme
 from .util import DEFAULT_SPANS_KEY
@@ -56,6 +57,7 @@ COMMON_CONFIG = {
     "max_batch_items": 4096,
     "on_nonfinite": "raise",
     "respect_ents": False,
+    "user_dict": None,
 }
 ENTS_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
 WORDS_WEIGHTS = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
@@ -78,6 +80,7 @@ def make_crf_tagger(
     scorer: Optional[Callable],
     on_nonfinite: str = "raise",
     respect_ents: bool = False,
+    user_dict: Optional[str] = None,
 ) -> CRFTagger:
     """Create a CRF tagger for any scheme. Its default score weights are the
     union of what the schemes report; prefer ``crf_ner`` / ``crf_segmenter``,
@@ -115,6 +118,14 @@ def make_crf_tagger(
         reloads: to switch it on a trained segmenter, set both
         ``nlp.config["components"][NAME]["respect_ents"]`` and
         ``nlp.get_pipe(NAME).cfg["respect_ents"]`` before saving.
+    user_dict: a user dictionary file read each time the pipe is created
+        (:func:`spacy_crf.user_dict.read_user_dict`: ``WORD [force|prior
+        [WEIGHT]]`` lines for "bmes", ``TEXT LABEL [force|prior [WEIGHT]]``
+        for "bio"/"bioes"), e.g. ``spacy.load(path, config={"components":
+        {NAME: {"user_dict": "words.txt"}}})``. A relative path is relative
+        to the working directory. Its entries are not copied into the saved
+        pipe (entries added with ``add_user_words``/``add_user_entities``
+        are). Default null: none.
 
     Entities already on a doc are kept by schemes "bio"/"bioes" and the
     remaining tokens are decoded around them (see :mod:`spacy_crf.forced`).
@@ -128,7 +139,7 @@ def make_crf_tagger(
                          f"not {scheme!r}: entity taggers always keep the entities already on a doc.")
     if on_nonfinite not in ("raise", "skip"):
         raise ValueError(f"[{name}] on_nonfinite must be 'raise' or 'skip', not {on_nonfinite!r}.")
-    return CRFTagger(
+    pipe = CRFTagger(
         nlp.vocab,
         model,
         name,
@@ -140,6 +151,9 @@ def make_crf_tagger(
         on_nonfinite=on_nonfinite,
         respect_ents=respect_ents,
     )
+    if user_dict is not None:
+        add_from_file(pipe, user_dict)
+    return pipe
 
 
 def _variant(factory: str, schemes: Tuple[str, ...], doc: str) -> Callable[..., CRFTagger]:

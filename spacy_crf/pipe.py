@@ -24,6 +24,11 @@ keeping them whole, with ``lexicon_weight``. It is set by ``initialize``
 (``lexicon``, ``lexicon_weight``) or :meth:`CRFTagger.set_lexicon`, and
 saved with the pipe.
 
+A ``bmes`` segmenter takes user words, an entity tagger user entities
+(:mod:`spacy_crf.user_dict`): added at load time, without retraining, as
+forced words or entities (decoded whole, through the tag mask) or as a
+prior; saved with the pipe.
+
 Training (``update``) checks the loss and the gradients of this component:
 a NaN or infinite value raises a :class:`NonFiniteError` naming the
 component and the batch, or with ``on_nonfinite = "skip"`` skips the batch
@@ -49,6 +54,7 @@ from spacy.util import minibatch
 from spacy.vocab import Vocab
 
 from . import checks, forced
+from . import user_dict as _user_dict
 from . import model as crf_model
 from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
 from .guarded import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
@@ -106,6 +112,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
             "lexicon_size": 0,
         }
         self.lexicon: Optional[Lexicon] = None
+        self.user_dict = _user_dict.UserDict()
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
         crf_model.install_fork_hook()
 
@@ -197,11 +204,11 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         has a lexicon and a non-zero ``lexicon_weight``."""
         scores = self.model.predict(docs)
         weight = self.cfg.get("lexicon_weight", 0.0)
-        if self.lexicon is None or not weight:
-            return scores
-        tags = self.tags
-        ops = self.model.ops
-        return [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight)) for s, doc in zip(scores, docs)]
+        if self.lexicon is not None and weight:
+            tags = self.tags
+            ops = self.model.ops
+            scores = [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight)) for s, doc in zip(scores, docs)]
+        return _user_dict.add_prior(self, docs, scores)
 
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
         """Decode with a lexicon (scheme ``bmes`` only): each occurrence of one
@@ -227,13 +234,35 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         self.lexicon = lexicon
         self.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
 
+    def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
+        """Add user words to a ``bmes`` segmenter, without retraining
+        (:mod:`spacy_crf.user_dict`). ``mode="force"``: every occurrence is
+        decoded as exactly one word; ``"prior"``: each occurrence adds
+        ``weight`` (default 1) to its B/M/E emission scores, on top of the
+        lexicon's. A word added again is replaced; ``self.user_dict`` holds
+        them (``.remove(words)``, ``.clear()``). Saved with the pipe.
+        Returns the number of words given."""
+        return _user_dict.add_words(self, words, mode, weight)
+
+    def add_user_entities(self, entities: Iterable[Tuple[str, str]], *, mode: str = "force",
+                          weight: Optional[float] = None) -> int:
+        """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
+        tagger, without retraining: ``mode="force"`` decodes every occurrence
+        as that entity (as a preset entity), ``"prior"`` adds ``weight``
+        (default 1) to the emission scores of its tags. The label must be one
+        of the tagger's. Otherwise as :meth:`add_user_words`."""
+        return _user_dict.add_entities(self, entities, mode, weight)
+
     def tag_mask(self, doc: Doc, *, preset: bool = True) -> Optional[numpy.ndarray]:
         """Tags allowed at each token of ``doc`` when decoding: bool
         ``[len(doc), n_tags]``, or None when every tag is allowed everywhere
         (:func:`spacy_crf.forced.tag_mask`). ``preset``: also force what the
-        doc already says (entities, or entity boundaries with ``respect_ents``)."""
-        return forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
+        doc already says (entities, or entity boundaries with ``respect_ents``).
+        The user dictionary's forced entries are always applied
+        (:func:`spacy_crf.user_dict.constrain`)."""
+        mask = forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
                                respect_ents=self.cfg.get("respect_ents", False))
+        return _user_dict.constrain(self, doc, mask, preset=preset)
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
@@ -360,8 +389,9 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
     # --- serialization --------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save cfg, vocab and weights as spaCy's pipes do, and the lexicon's
-        words (if any) in the file ``lexicon``."""
+        """Save cfg, vocab and weights as spaCy's pipes do, the lexicon's
+        words (if any) in the file ``lexicon`` and the user dictionary's
+        entries added through the API in the file ``user_dict``."""
         self._validate_serialization_attrs()
         serialize = {
             "cfg": lambda p: srsly.write_json(p, self.cfg),
@@ -370,6 +400,8 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         }
         if self.lexicon is not None:
             serialize["lexicon"] = lambda p: srsly.write_msgpack(p, sorted(self.lexicon.words))
+        # written even when empty, so that saving over an older save leaves no stale entries
+        serialize[_user_dict.FILE] = lambda p: p.write_text(_user_dict.to_json(self), encoding="utf8")
         util.to_disk(path, serialize, exclude)
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
@@ -382,6 +414,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         }
         if self.lexicon is not None:
             serialize["lexicon"] = lambda: srsly.msgpack_dumps(sorted(self.lexicon.words))
+        serialize[_user_dict.FILE] = lambda: _user_dict.to_json(self)
         return util.to_bytes(serialize, exclude)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
@@ -390,12 +423,16 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         and they are finite (:func:`spacy_crf.checks.load_from_disk`).
         Errors name the directory or the file."""
         self._validate_serialization_attrs()
-        return checks.load_from_disk(self, util.ensure_path(path), exclude)
+        checks.load_from_disk(self, util.ensure_path(path), exclude)
+        _user_dict.load_from_disk(self, util.ensure_path(path), exclude)
+        return self
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
         """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
         self._validate_serialization_attrs()
-        return checks.load_from_bytes(self, bytes_data, exclude)
+        checks.load_from_bytes(self, bytes_data, exclude)
+        _user_dict.load_from_bytes(self, bytes_data, exclude)
+        return self
 
 def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
     """Indices of docs grouped by length (shortest first) so that a group padded to

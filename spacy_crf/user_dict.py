@@ -1,0 +1,466 @@
+"""User dictionaries: words and entities a user adds to a trained tagger at
+load time, without retraining.
+
+A ``bmes`` segmenter takes user *words* (:meth:`CRFTagger.add_user_words`),
+a ``bio``/``bioes`` entity tagger user *entities* with a label, a gazetteer
+(:meth:`CRFTagger.add_user_entities`). Each entry has a mode:
+
+* ``"force"`` (the default): a hard constraint on decoding, through the tag
+  mask the tagger already decodes around (:mod:`spacy_crf.forced`). Every
+  occurrence of a forced word in a doc is decoded as exactly one word (``B``
+  ``M``... ``E``): it is never split, and never joined to its neighbours.
+  Every occurrence of a forced entity is decoded as that entity.
+* ``"prior"``: a soft bias, as the segmenter's lexicon (:mod:`spacy_crf.lexicon`):
+  each occurrence adds ``weight`` to the emission scores of its tags (``B``
+  ``M``... ``E`` for a word; ``B-X`` ``I-X``... ``E-X`` / ``S-X`` for an
+  entity of label ``X``), on top of the lexicon's prior; the CRF still
+  decides.
+
+Occurrences are found by :class:`~spacy_crf.lexicon.Lexicon` (whole tokens,
+never across whitespace); an entity of one token is found by its token's
+text. Forced occurrences are resolved per doc, deterministically:
+
+* an occurrence inside a longer forced occurrence gives way to it (with
+  ``上海`` and ``上海交通大学`` forced, ``上海交通大学`` is one word: ``上海``
+  is not split either);
+* two forced occurrences that cross (``ABC`` and ``CD`` in ``ABCD``) cannot
+  both be whole: a :class:`UserDictConflict` names both entries and the doc;
+* what the doc already says comes first when the tagger honours it: an
+  entity tagger drops a forced occurrence that overlaps an entity already on
+  the doc (set by hand or by an ``entity_ruler``); a segmenter with
+  ``respect_ents`` drops a forced occurrence that an entity boundary cuts,
+  as that setting promises that no word crosses an entity;
+* whitespace is never inside an entry (refused when it is added).
+
+Entries added through the API are saved with the pipe (the file
+``user_dict`` beside ``cfg``). The factory setting ``user_dict`` names a file
+read each time the pipe is created (:func:`read_user_dict`), so
+``spacy.load(path, config={"components": {NAME: {"user_dict": FILE}}})``
+adds a dictionary to a packaged pipeline; those entries are not copied into
+the saved pipe, the file stays their source.
+"""
+from pathlib import Path
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy
+import srsly
+from spacy.tokens import Doc
+
+from .forced import preset_entity_tokens
+from .lexicon import Lexicon
+from .schemes import position_tag
+from .util import doc_source
+
+MODES = ("force", "prior")
+DEFAULT_PRIOR_WEIGHT = 1.0
+#: the file of the saved entries in a pipe's directory, and its key in the pipe's bytes
+FILE = "user_dict"
+
+
+class UserDictConflict(ValueError):
+    """Two forced entries overlap in a doc in a way no decoding can honour."""
+
+
+class UserEntry(NamedTuple):
+    """One entry of a user dictionary."""
+
+    text: str
+    label: Optional[str]  # the entity label; None for a word
+    mode: str  # "force" or "prior"
+    weight: float  # the prior's weight; 0.0 for "force"
+    source: str  # where it came from, for error messages
+    saved: bool  # added through the API (saved with the pipe), not read from the `user_dict` setting
+
+    def describe(self) -> str:
+        return repr(self.text) if self.label is None else f"{self.text!r} ({self.label})"
+
+
+class UserDict:
+    """The user entries of one tagger, by text (one entry per text; adding a
+    text again replaces its entry). ``pipe.user_dict``; add entries with
+    ``pipe.add_user_words`` / ``pipe.add_user_entities``."""
+
+    def __init__(self) -> None:
+        self._entries: Dict[str, UserEntry] = {}
+        self._compiled: Optional[Tuple[Tuple[str, ...], "_Matchers"]] = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, text: str) -> bool:
+        return text in self._entries
+
+    def __iter__(self):
+        return iter(self._entries.values())
+
+    @property
+    def entries(self) -> List[UserEntry]:
+        return list(self._entries.values())
+
+    def get(self, text: str) -> Optional[UserEntry]:
+        return self._entries.get(text)
+
+    def remove(self, texts: Iterable[str]) -> int:
+        """Remove the entries of ``texts``; how many there were."""
+        removed = 0
+        for text in [texts] if isinstance(texts, str) else texts:
+            removed += self._entries.pop(text, None) is not None
+        self._compiled = None
+        return removed
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._compiled = None
+
+    def _update(self, entries: Sequence[UserEntry]) -> None:
+        for entry in entries:
+            self._entries[entry.text] = entry
+        self._compiled = None
+
+    def _replace_saved(self, entries: Sequence[UserEntry]) -> None:
+        """Drop the saved entries and add ``entries`` (loading a pipe)."""
+        self._entries = {t: e for t, e in self._entries.items() if not e.saved}
+        self._update(entries)
+
+    def _to_list(self) -> List[list]:
+        return [[e.text, e.label, e.mode, e.weight] for e in self._entries.values() if e.saved]
+
+
+# --- adding entries ------------------------------------------------------------------
+
+
+def _check_pipe(pipe, entities: bool) -> None:
+    if entities and pipe.scheme not in ("bio", "bioes"):
+        raise ValueError(f"[{pipe.name}] user entities apply to an entity tagger (scheme 'bio' or 'bioes'), "
+                         f"not {pipe.scheme!r}" + (": add words with add_user_words." if pipe.scheme == "bmes"
+                                                   else "."))
+    if not entities and pipe.scheme != "bmes":
+        raise ValueError(f"[{pipe.name}] user words apply to a segmenter (scheme 'bmes'), not {pipe.scheme!r}"
+                         + (": add entities with add_user_entities." if pipe.scheme in ("bio", "bioes") else "."))
+
+
+def _mode_weight(pipe, mode: str, weight: Optional[float], where: str) -> float:
+    if mode not in MODES:
+        raise ValueError(f"[{pipe.name}] {where}: mode must be 'force' or 'prior', not {mode!r}.")
+    if mode == "force":
+        if weight is not None:
+            raise ValueError(f"[{pipe.name}] {where}: a weight applies to mode 'prior' only; a forced entry "
+                             "is a constraint, not a score.")
+        return 0.0
+    weight = DEFAULT_PRIOR_WEIGHT if weight is None else weight
+    try:
+        weight = float(weight)
+    except (TypeError, ValueError):
+        raise ValueError(f"[{pipe.name}] {where}: the weight must be a number, got {weight!r}.") from None
+    if not numpy.isfinite(weight) or weight <= 0:
+        raise ValueError(f"[{pipe.name}] {where}: the weight must be a finite number > 0, got {weight}.")
+    return weight
+
+
+def _check_text(pipe, text, what: str, where: str, min_length: int) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"[{pipe.name}] {where}: a user {what} must be a string, got {text!r}.")
+    if any(ch.isspace() for ch in text):
+        raise ValueError(f"[{pipe.name}] {where}: the user {what} {text!r} contains whitespace, which is never "
+                         f"inside a {what}.")
+    if len(text) < min_length:
+        if not text:
+            raise ValueError(f"[{pipe.name}] {where}: an empty user {what}.")
+        raise ValueError(f"[{pipe.name}] {where}: the user word {text!r} has one character: a word of one "
+                         "character is never split, there is nothing to add.")
+    return text
+
+
+def _check_label(pipe, entry: UserEntry) -> None:
+    if pipe.labels and entry.label not in pipe.labels:
+        raise ValueError(
+            f"[{pipe.name}] the user entity {entry.describe()} ({entry.source}) has a label this tagger does not "
+            f"predict; its labels are {list(pipe.labels)}. Use one of them, or set the entity with an "
+            "entity_ruler before the tagger (it keeps preset entities of any label).")
+
+
+def _merge(pipe, entries: List[UserEntry]) -> List[UserEntry]:
+    """``entries`` without repeats; one text with two different entries is an error naming both."""
+    seen: Dict[str, UserEntry] = {}
+    for entry in entries:
+        other = seen.get(entry.text)
+        if other is not None and other[:4] != entry[:4]:
+            raise ValueError(f"[{pipe.name}] the user dictionary has {entry.text!r} twice, differently: "
+                             f"{other.describe()} {other.mode} ({other.source}) and {entry.describe()} "
+                             f"{entry.mode} ({entry.source}). Keep one.")
+        seen[entry.text] = entry
+    return list(seen.values())
+
+
+def add_words(pipe, words: Iterable[str], mode: str = "force", weight: Optional[float] = None, *,
+              source: str = "add_user_words", saved: bool = True) -> int:
+    """``CRFTagger.add_user_words``: add ``words`` in ``mode``; how many entries were given."""
+    _check_pipe(pipe, entities=False)
+    if isinstance(words, str):
+        raise ValueError(f"[{pipe.name}] {source}: give a list of words, not one string ({words!r}).")
+    weight = _mode_weight(pipe, mode, weight, source)
+    entries = [UserEntry(_check_text(pipe, w, "word", source, 2), None, mode, weight, source, saved)
+               for w in words]
+    entries = _merge(pipe, entries)
+    pipe.user_dict._update(entries)
+    return len(entries)
+
+
+def add_entities(pipe, entities: Iterable[Tuple[str, str]], mode: str = "force", weight: Optional[float] = None,
+                 *, source: str = "add_user_entities", saved: bool = True) -> int:
+    """``CRFTagger.add_user_entities``: add ``(text, label)`` pairs in ``mode``."""
+    _check_pipe(pipe, entities=True)
+    weight = _mode_weight(pipe, mode, weight, source)
+    entries = []
+    for item in entities:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], str) and item[1]):
+            raise ValueError(f"[{pipe.name}] {source}: a user entity is a (text, label) pair, got {item!r}.")
+        text = _check_text(pipe, item[0], "entity", source, 1)
+        entries.append(UserEntry(text, item[1], mode, weight, source, saved))
+    entries = _merge(pipe, entries)
+    for entry in entries:
+        _check_label(pipe, entry)
+    pipe.user_dict._update(entries)
+    return len(entries)
+
+
+def read_user_dict(path: Union[str, Path], scheme: str) -> List[Tuple[str, Optional[str], str, Optional[float], str]]:
+    """The entries of a user dictionary file: ``(text, label, mode, weight, source)``.
+
+    UTF-8, one entry a line, fields separated by whitespace; blank lines and
+    lines starting with ``#`` are skipped:
+
+    * segmenter (``bmes``): ``WORD [MODE [WEIGHT]]``
+    * entity tagger: ``TEXT LABEL [MODE [WEIGHT]]``
+
+    MODE is ``force`` (default) or ``prior``; WEIGHT (``prior`` only) defaults
+    to 1. Errors name the file and the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"user dictionary {str(path)!r}: no such file")
+    entities = scheme in ("bio", "bioes")
+    form = "TEXT LABEL [force|prior [WEIGHT]]" if entities else "WORD [force|prior [WEIGHT]]"
+    found = []
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            where = f"user dictionary {str(path)!r}, line {line_no}"
+            try:
+                line = raw.decode("utf-8").lstrip("\ufeff")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 ({e.reason})") from None
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            text, rest = fields[0], fields[1:]
+            label = None
+            if entities:
+                if not rest:
+                    raise ValueError(f"{where}: {text!r} has no label; a line is {form}")
+                label, rest = rest[0], rest[1:]
+            if len(rest) > 2 or (rest and rest[0] not in MODES):
+                raise ValueError(f"{where}: expected {form}, got {line.strip()!r}")
+            mode = rest[0] if rest else "force"
+            weight: Optional[float] = None
+            if len(rest) == 2:
+                try:
+                    weight = float(rest[1])
+                except ValueError:
+                    raise ValueError(f"{where}: the weight {rest[1]!r} is not a number") from None
+            found.append((text, label, mode, weight, where))
+    return found
+
+
+def add_from_file(pipe, path: Union[str, Path]) -> int:
+    """Add the entries of the file ``path`` (the factory setting ``user_dict``),
+    as not saved with the pipe: the setting reads the file at each load."""
+    if pipe.scheme not in ("bmes", "bio", "bioes"):
+        raise ValueError(f"[{pipe.name}] user_dict applies to schemes 'bmes', 'bio' and 'bioes', not {pipe.scheme!r}.")
+    try:
+        rows = read_user_dict(path, pipe.scheme)
+    except ValueError as e:
+        raise ValueError(f"[{pipe.name}] {e}. The setting user_dict names it; set it to null to load "
+                         "without it.") from None
+    entries = []
+    for text, label, mode, weight, where in rows:
+        weight = _mode_weight(pipe, mode, weight, where)
+        entries.append(UserEntry(_check_text(pipe, text, "entity" if label else "word", where,
+                                             1 if label else 2), label, mode, weight, where, False))
+    entries = _merge(pipe, entries)
+    pipe.user_dict._update(entries)
+    return len(entries)
+
+
+# --- decoding --------------------------------------------------------------------------
+
+
+class _Matchers(NamedTuple):
+    force: Optional[Lexicon]  # None: no entry of two or more characters in the mode
+    prior: Optional[Lexicon]
+    entries: Dict[str, UserEntry]
+    singles: bool  # also match entries of one token (entities)
+    modes: frozenset  # the modes the entries use
+
+
+def _matchers(pipe) -> Optional[_Matchers]:
+    """The entries' matchers, rebuilt when the entries or the labels change;
+    an entry whose label the tagger does not know is an error here (entries
+    added before the labels were known, e.g. by the setting at load time)."""
+    udict: UserDict = pipe.user_dict
+    if not len(udict):
+        return None
+    key = tuple(pipe.labels)
+    if udict._compiled is None or udict._compiled[0] != key:
+        entries = dict(udict._entries)
+        if pipe.scheme in ("bio", "bioes"):
+            for entry in entries.values():
+                _check_label(pipe, entry)
+        force, prior = (_lexicon([t for t, e in entries.items() if e.mode == mode]) for mode in MODES)
+        modes = frozenset(e.mode for e in entries.values())
+        udict._compiled = (key, _Matchers(force, prior, entries, pipe.scheme != "bmes", modes))
+    return udict._compiled[1]
+
+
+def _lexicon(texts: List[str]) -> Optional[Lexicon]:
+    # one-character texts are entities of one token, matched by _occurrences itself
+    longer = [t for t in texts if len(t) >= 2]
+    return Lexicon(longer) if longer else None
+
+
+def _occurrences(doc: Doc, lexicon: Optional[Lexicon], matchers: _Matchers,
+                 mode: str) -> List[Tuple[int, int, UserEntry]]:
+    found = []
+    for start, end in lexicon.matches(doc) if lexicon is not None else ():
+        entry = matchers.entries.get("".join(t.text for t in doc[start:end]))
+        if entry is not None and entry.mode == mode:
+            found.append((start, end, entry))
+    if matchers.singles:
+        for token in doc:
+            entry = matchers.entries.get(token.text)
+            if entry is not None and entry.mode == mode:
+                found.append((token.i, token.i + 1, entry))
+    return found
+
+
+def add_prior(pipe, docs: Sequence[Doc], scores: List):
+    """``scores`` (emission scores per doc) plus the prior entries' bias."""
+    matchers = _matchers(pipe)
+    if matchers is None or "prior" not in matchers.modes:
+        return scores
+    tags = pipe.tags
+    index = {tag: i for i, tag in enumerate(tags)}
+    out = []
+    for doc, doc_scores in zip(docs, scores):
+        occurrences = _occurrences(doc, matchers.prior, matchers, "prior")
+        if not occurrences:
+            out.append(doc_scores)
+            continue
+        bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
+        for start, end, entry in occurrences:
+            for k in range(start, end):
+                bias[k, index[position_tag(pipe.scheme, k == start, k == end - 1, entry.label or "")]] += entry.weight
+        out.append(doc_scores + pipe.model.ops.asarray2f(bias))
+    return out
+
+
+def constrain(pipe, doc: Doc, mask: Optional[numpy.ndarray], *, preset: bool = True) -> Optional[numpy.ndarray]:
+    """``mask`` (the tags allowed per token, or None: all) with every forced
+    occurrence in ``doc`` decoded as one word or entity (see the module doc)."""
+    matchers = _matchers(pipe)
+    if matchers is None or not len(doc):
+        return mask
+    if "force" not in matchers.modes:
+        return mask
+    occurrences = _occurrences(doc, matchers.force, matchers, "force")
+    if not occurrences:
+        return mask
+    if preset and pipe.scheme != "bmes":
+        fixed = preset_entity_tokens(doc)
+        occurrences = [o for o in occurrences if not fixed[o[0]:o[1]].any()]
+    elif preset and pipe.cfg.get("respect_ents", False) and len(doc.ents):
+        cuts = {b for ent in doc.ents for b in (ent.start, ent.end)}
+        occurrences = [o for o in occurrences if not any(o[0] < b < o[1] for b in cuts)]
+    kept = _resolve(pipe, doc, occurrences)
+    if not kept:
+        return mask
+    tags = pipe.tags
+    index = {tag: i for i, tag in enumerate(tags)}
+    mask = numpy.ones((len(doc), len(tags)), dtype=bool) if mask is None else mask.copy()
+    for start, end, entry in kept:
+        label = entry.label or ""
+        for k in range(start, end):
+            allowed = numpy.zeros(len(tags), dtype=bool)
+            allowed[index[position_tag(pipe.scheme, k == start, k == end - 1, label)]] = True
+            mask[k] &= allowed
+        if pipe.scheme == "bio" and end < len(doc):
+            # B-X I-X followed by I-X would read as one longer entity
+            mask[end, index[f"I-{label}"]] = False
+    return mask
+
+
+def _resolve(pipe, doc: Doc, occurrences: List[Tuple[int, int, UserEntry]]) -> List[Tuple[int, int, UserEntry]]:
+    """The forced occurrences to decode: each one not inside a longer one;
+    two that cross are a :class:`UserDictConflict`."""
+    kept: List[Tuple[int, int, UserEntry]] = []
+    for start, end, entry in sorted(occurrences, key=lambda o: (o[0], -o[1])):
+        if kept and end <= kept[-1][1]:
+            continue  # inside the last kept one (or the same span)
+        if kept and start < kept[-1][1]:
+            other_start, other_end, other = kept[-1]
+            what = "words" if pipe.scheme == "bmes" else "entities"
+            a = doc[other_start:other_end]
+            b = doc[start:end]
+            context = doc.text[max(0, a.start_char - 10):b.end_char + 10]
+            raise UserDictConflict(
+                f"[{pipe.name}] the forced user {what} {other.describe()} ({other.source}) and "
+                f"{entry.describe()} ({entry.source}) overlap in {doc_source(doc)}, at characters "
+                f"{a.start_char}-{a.end_char} and {b.start_char}-{b.end_char} ({context!r}): each must be "
+                f"decoded whole, and both cannot be. Remove one of them, or add it with mode 'prior'.")
+        kept.append((start, end, entry))
+    return kept
+
+
+# --- serialization -----------------------------------------------------------------------
+
+
+def to_json(pipe) -> str:
+    return srsly.json_dumps(pipe.user_dict._to_list())
+
+
+def _load(pipe, data, where: str) -> None:
+    if not isinstance(data, list) or not all(isinstance(r, list) and len(r) == 4 for r in data):
+        raise ValueError(f"[{pipe.name}] cannot load {where}: its user dictionary is not a list of "
+                         "[text, label, mode, weight] entries.")
+    entries = []
+    source = f"saved in {where}"
+    for text, label, mode, weight in data:
+        weight = _mode_weight(pipe, mode, weight if mode == "prior" else None, source)
+        text = _check_text(pipe, text, "entity" if label else "word", source, 1 if label else 2)
+        entries.append(UserEntry(text, label, mode, weight, source, True))
+    pipe.user_dict._replace_saved(entries)
+    _matchers(pipe)  # an entity whose label the loaded tagger lacks: an error now, naming where
+
+
+def load_from_disk(pipe, path: Path, exclude: Iterable[str]) -> None:
+    """Restore the saved entries of ``path`` (none if it has no ``user_dict`` file)."""
+    if FILE in exclude:
+        return
+    where = f"directory {str(path)!r}"
+    data: list = []
+    if (path / FILE).exists():
+        try:
+            data = srsly.read_json(path / FILE)
+        except Exception as e:
+            raise ValueError(f"[{pipe.name}] cannot read the user dictionary {str(path / FILE)!r}: {e}") from None
+    _load(pipe, data, where)
+
+
+def load_from_bytes(pipe, bytes_data: bytes, exclude: Iterable[str]) -> None:
+    """:func:`load_from_disk` from the pipe's bytes."""
+    if FILE in exclude:
+        return
+    msg = srsly.msgpack_loads(bytes_data)
+    try:
+        data = srsly.json_loads(msg[FILE]) if FILE in msg else []
+    except Exception as e:
+        raise ValueError(f"[{pipe.name}] cannot load from bytes: unreadable user dictionary ({e})") from None
+    _load(pipe, data, "bytes")
