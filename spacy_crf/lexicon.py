@@ -85,6 +85,35 @@ class Lexicon:
         return bias
 
 
+def check_weight(name: str, weight) -> float:
+    """``weight`` as a float, if it is a finite number >= 0 (``lexicon_weight``)."""
+    try:
+        value = float(weight)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(weight, bool) or not numpy.isfinite(value) or value < 0:
+        raise ValueError(f"[{name}] lexicon_weight must be a finite number >= 0, got {weight!r}.")
+    return value
+
+
+def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
+    """:meth:`spacy_crf.pipe.CRFTagger.set_lexicon`."""
+    if pipe.scheme != "bmes":
+        raise ValueError(f"[{pipe.name}] a lexicon applies to scheme 'bmes' (word segmentation), "
+                         f"not {pipe.scheme!r}.")
+    weight = check_weight(pipe.name, weight)
+    if words is None:
+        pipe.lexicon = None
+        pipe.cfg.update(lexicon_weight=0.0, lexicon_size=0)
+        return
+    lexicon = words if isinstance(words, Lexicon) else Lexicon(words)
+    if not len(lexicon):
+        raise ValueError(f"[{pipe.name}] the lexicon has no word of two or more characters "
+                         "without whitespace.")
+    pipe.lexicon = lexicon
+    pipe.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
+
+
 @registry.readers("spacy_crf.read_lexicon.v1")
 def read_lexicon(path: Union[str, Path]) -> List[str]:
     """The words of a lexicon file, for ``[initialize.components.NAME.lexicon]``.

@@ -39,7 +39,7 @@ parameters: the encoder's own update is that component's business.
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
@@ -53,12 +53,10 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from . import checks, forced
-from . import user_dict as _user_dict
-from . import model as crf_model
+from . import checks, forced, model as crf_model, user_dict as _user_dict, user_dict_decoding as _decoding
 from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
 from .guarded import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
-from .lexicon import Lexicon
+from .lexicon import Lexicon, set_lexicon
 from .gold import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
 from .schemes import (
     SchemeError,
@@ -71,7 +69,7 @@ from .schemes import (
 )
 from .scorers import score_crf_tagger
 from .transitions import TransitionTable
-from .util import DEFAULT_SPANS_KEY
+from .util import DEFAULT_SPANS_KEY, batch_by_length  # noqa: F401 (batch_by_length: API)
 
 class CRFTagger(GuardedUpdate, TrainablePipe):
     """Label token sequences with a linear-chain CRF over token features."""
@@ -208,7 +206,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
             tags = self.tags
             ops = self.model.ops
             scores = [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight)) for s, doc in zip(scores, docs)]
-        return _user_dict.add_prior(self, docs, scores)
+        return _decoding.add_prior(self, docs, scores)
 
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
         """Decode with a lexicon (scheme ``bmes`` only): each occurrence of one
@@ -217,22 +215,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         changed, and training never sees the prior. ``words=None`` removes
         the lexicon. Tune ``weight`` on dev data; it is saved with the
         words."""
-        if self.scheme != "bmes":
-            raise ValueError(f"[{self.name}] a lexicon applies to scheme 'bmes' (word segmentation), "
-                             f"not {self.scheme!r}.")
-        weight = float(weight)
-        if not numpy.isfinite(weight) or weight < 0:
-            raise ValueError(f"[{self.name}] lexicon_weight must be a finite number >= 0, got {weight}.")
-        if words is None:
-            self.lexicon = None
-            self.cfg.update(lexicon_weight=0.0, lexicon_size=0)
-            return
-        lexicon = words if isinstance(words, Lexicon) else Lexicon(words)
-        if not len(lexicon):
-            raise ValueError(f"[{self.name}] the lexicon has no word of two or more characters "
-                             "without whitespace.")
-        self.lexicon = lexicon
-        self.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
+        set_lexicon(self, words, weight)
 
     def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
         """Add user words to a ``bmes`` segmenter, without retraining
@@ -259,10 +242,10 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         (:func:`spacy_crf.forced.tag_mask`). ``preset``: also force what the
         doc already says (entities, or entity boundaries with ``respect_ents``).
         The user dictionary's forced entries are always applied
-        (:func:`spacy_crf.user_dict.constrain`)."""
+        (:func:`spacy_crf.user_dict_decoding.constrain`)."""
         mask = forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
                                respect_ents=self.cfg.get("respect_ents", False))
-        return _user_dict.constrain(self, doc, mask, preset=preset)
+        return _decoding.constrain(self, doc, mask, preset=preset)
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
@@ -433,21 +416,3 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         checks.load_from_bytes(self, bytes_data, exclude)
         _user_dict.load_from_bytes(self, bytes_data, exclude)
         return self
-
-def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
-    """Indices of docs grouped by length (shortest first) so that a group padded to
-    its longest doc has at most ``max_items`` tokens; one group when ``max_items`` is 0.
-    A doc longer than ``max_items`` is a group of its own.
-
-    The grouping of ``spacy_transformers.util.batch_by_length``, which is not
-    imported here: that module loads ``transformers`` on import, a cost every
-    pipeline with a ``crf_tagger`` would pay at start-up, transformer or not."""
-    if not max_items:
-        return [list(range(len(lengths)))] if len(lengths) else []
-    batches: List[List[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if batches and lengths[i] * (len(batches[-1]) + 1) <= max_items:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches

@@ -3,7 +3,8 @@ load time, without retraining.
 
 A ``bmes`` segmenter takes user *words* (:meth:`CRFTagger.add_user_words`),
 a ``bio``/``bioes`` entity tagger user *entities* with a label, a gazetteer
-(:meth:`CRFTagger.add_user_entities`). Each entry has a mode:
+(:meth:`CRFTagger.add_user_entities`). Each entry has a mode (decoding with
+them is :mod:`spacy_crf.user_dict_decoding`):
 
 * ``"force"`` (the default): a hard constraint on decoding, through the tag
   mask the tagger already decodes around (:mod:`spacy_crf.forced`). Every
@@ -40,16 +41,11 @@ adds a dictionary to a packaged pipeline; those entries are not copied into
 the saved pipe, the file stays their source.
 """
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
-from spacy.tokens import Doc
 
-from .forced import preset_entity_tokens
-from .lexicon import Lexicon
-from .schemes import position_tag
-from .util import doc_source
 
 MODES = ("force", "prior")
 DEFAULT_PRIOR_WEIGHT = 1.0
@@ -82,7 +78,8 @@ class UserDict:
 
     def __init__(self) -> None:
         self._entries: Dict[str, UserEntry] = {}
-        self._compiled: Optional[Tuple[Tuple[str, ...], "_Matchers"]] = None
+        # (labels, user_dict_decoding._Matchers), rebuilt when either changes
+        self._compiled: Optional[Tuple[Tuple[str, ...], Any]] = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -290,135 +287,6 @@ def add_from_file(pipe, path: Union[str, Path]) -> int:
     return len(entries)
 
 
-# --- decoding --------------------------------------------------------------------------
-
-
-class _Matchers(NamedTuple):
-    force: Optional[Lexicon]  # None: no entry of two or more characters in the mode
-    prior: Optional[Lexicon]
-    entries: Dict[str, UserEntry]
-    singles: bool  # also match entries of one token (entities)
-    modes: frozenset  # the modes the entries use
-
-
-def _matchers(pipe) -> Optional[_Matchers]:
-    """The entries' matchers, rebuilt when the entries or the labels change;
-    an entry whose label the tagger does not know is an error here (entries
-    added before the labels were known, e.g. by the setting at load time)."""
-    udict: UserDict = pipe.user_dict
-    if not len(udict):
-        return None
-    key = tuple(pipe.labels)
-    if udict._compiled is None or udict._compiled[0] != key:
-        entries = dict(udict._entries)
-        if pipe.scheme in ("bio", "bioes"):
-            for entry in entries.values():
-                _check_label(pipe, entry)
-        force, prior = (_lexicon([t for t, e in entries.items() if e.mode == mode]) for mode in MODES)
-        modes = frozenset(e.mode for e in entries.values())
-        udict._compiled = (key, _Matchers(force, prior, entries, pipe.scheme != "bmes", modes))
-    return udict._compiled[1]
-
-
-def _lexicon(texts: List[str]) -> Optional[Lexicon]:
-    # one-character texts are entities of one token, matched by _occurrences itself
-    longer = [t for t in texts if len(t) >= 2]
-    return Lexicon(longer) if longer else None
-
-
-def _occurrences(doc: Doc, lexicon: Optional[Lexicon], matchers: _Matchers,
-                 mode: str) -> List[Tuple[int, int, UserEntry]]:
-    found = []
-    for start, end in lexicon.matches(doc) if lexicon is not None else ():
-        entry = matchers.entries.get("".join(t.text for t in doc[start:end]))
-        if entry is not None and entry.mode == mode:
-            found.append((start, end, entry))
-    if matchers.singles:
-        for token in doc:
-            entry = matchers.entries.get(token.text)
-            if entry is not None and entry.mode == mode:
-                found.append((token.i, token.i + 1, entry))
-    return found
-
-
-def add_prior(pipe, docs: Sequence[Doc], scores: List):
-    """``scores`` (emission scores per doc) plus the prior entries' bias."""
-    matchers = _matchers(pipe)
-    if matchers is None or "prior" not in matchers.modes:
-        return scores
-    tags = pipe.tags
-    index = {tag: i for i, tag in enumerate(tags)}
-    out = []
-    for doc, doc_scores in zip(docs, scores):
-        occurrences = _occurrences(doc, matchers.prior, matchers, "prior")
-        if not occurrences:
-            out.append(doc_scores)
-            continue
-        bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
-        for start, end, entry in occurrences:
-            for k in range(start, end):
-                bias[k, index[position_tag(pipe.scheme, k == start, k == end - 1, entry.label or "")]] += entry.weight
-        out.append(doc_scores + pipe.model.ops.asarray2f(bias))
-    return out
-
-
-def constrain(pipe, doc: Doc, mask: Optional[numpy.ndarray], *, preset: bool = True) -> Optional[numpy.ndarray]:
-    """``mask`` (the tags allowed per token, or None: all) with every forced
-    occurrence in ``doc`` decoded as one word or entity (see the module doc)."""
-    matchers = _matchers(pipe)
-    if matchers is None or not len(doc):
-        return mask
-    if "force" not in matchers.modes:
-        return mask
-    occurrences = _occurrences(doc, matchers.force, matchers, "force")
-    if not occurrences:
-        return mask
-    if preset and pipe.scheme != "bmes":
-        fixed = preset_entity_tokens(doc)
-        occurrences = [o for o in occurrences if not fixed[o[0]:o[1]].any()]
-    elif preset and pipe.cfg.get("respect_ents", False) and len(doc.ents):
-        cuts = {b for ent in doc.ents for b in (ent.start, ent.end)}
-        occurrences = [o for o in occurrences if not any(o[0] < b < o[1] for b in cuts)]
-    kept = _resolve(pipe, doc, occurrences)
-    if not kept:
-        return mask
-    tags = pipe.tags
-    index = {tag: i for i, tag in enumerate(tags)}
-    mask = numpy.ones((len(doc), len(tags)), dtype=bool) if mask is None else mask.copy()
-    for start, end, entry in kept:
-        label = entry.label or ""
-        for k in range(start, end):
-            allowed = numpy.zeros(len(tags), dtype=bool)
-            allowed[index[position_tag(pipe.scheme, k == start, k == end - 1, label)]] = True
-            mask[k] &= allowed
-        if pipe.scheme == "bio" and end < len(doc):
-            # B-X I-X followed by I-X would read as one longer entity
-            mask[end, index[f"I-{label}"]] = False
-    return mask
-
-
-def _resolve(pipe, doc: Doc, occurrences: List[Tuple[int, int, UserEntry]]) -> List[Tuple[int, int, UserEntry]]:
-    """The forced occurrences to decode: each one not inside a longer one;
-    two that cross are a :class:`UserDictConflict`."""
-    kept: List[Tuple[int, int, UserEntry]] = []
-    for start, end, entry in sorted(occurrences, key=lambda o: (o[0], -o[1])):
-        if kept and end <= kept[-1][1]:
-            continue  # inside the last kept one (or the same span)
-        if kept and start < kept[-1][1]:
-            other_start, other_end, other = kept[-1]
-            what = "words" if pipe.scheme == "bmes" else "entities"
-            a = doc[other_start:other_end]
-            b = doc[start:end]
-            context = doc.text[max(0, a.start_char - 10):b.end_char + 10]
-            raise UserDictConflict(
-                f"[{pipe.name}] the forced user {what} {other.describe()} ({other.source}) and "
-                f"{entry.describe()} ({entry.source}) overlap in {doc_source(doc)}, at characters "
-                f"{a.start_char}-{a.end_char} and {b.start_char}-{b.end_char} ({context!r}): each must be "
-                f"decoded whole, and both cannot be. Remove one of them, or add it with mode 'prior'.")
-        kept.append((start, end, entry))
-    return kept
-
-
 # --- serialization -----------------------------------------------------------------------
 
 
@@ -437,7 +305,9 @@ def _load(pipe, data, where: str) -> None:
         text = _check_text(pipe, text, "entity" if label else "word", source, 1 if label else 2)
         entries.append(UserEntry(text, label, mode, weight, source, True))
     pipe.user_dict._replace_saved(entries)
-    _matchers(pipe)  # an entity whose label the loaded tagger lacks: an error now, naming where
+    from .user_dict_decoding import build_matchers  # that module imports this one
+
+    build_matchers(pipe)  # an entity whose label the loaded tagger lacks: an error now, naming where
 
 
 def load_from_disk(pipe, path: Path, exclude: Iterable[str]) -> None:

@@ -13,7 +13,7 @@ import platform
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from spacy.tokens import Doc
 
@@ -258,3 +258,22 @@ def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maxi
             bounds.append(f"{'<' if max_open else '<='} {maximum:g}")
         raise ValueError(f"{name} must be {' and '.join(bounds) or 'a number'}, got {value!r}"
                          + (f" ({hint})" if hint else ""))
+
+
+def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
+    """Indices of docs grouped by length (shortest first) so that a group padded to
+    its longest doc has at most ``max_items`` tokens; one group when ``max_items`` is 0.
+    A doc longer than ``max_items`` is a group of its own.
+
+    The grouping of ``spacy_transformers.util.batch_by_length``, which is not
+    imported here: that module loads ``transformers`` on import, a cost every
+    pipeline with a ``crf_tagger`` would pay at start-up, transformer or not."""
+    if not max_items:
+        return [list(range(len(lengths)))] if len(lengths) else []
+    batches: List[List[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batches and lengths[i] * (len(batches[-1]) + 1) <= max_items:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches

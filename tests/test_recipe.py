@@ -157,7 +157,7 @@ def test_train_joint_runs_the_shipped_config_as_it_is(tmp_path, monkeypatch):
 def _smoke_vars():
     """The vars of the smoke profile's `all` run in .ci/run."""
     text = (ROOT / ".ci" / "run").read_text(encoding="utf8").replace("\\\n", " ")
-    line = next(line for line in text.splitlines() if "spacy project run all" in line)
+    line = next(line for line in text.splitlines() if line.startswith("spacy project run all "))
     return dict(re.findall(r"--vars\.(\w+)=(\S+)", line))
 
 

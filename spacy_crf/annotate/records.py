@@ -62,7 +62,7 @@ class EntConfidence:
     def pipe(self, docs, batch_size: int = 128):
         from spacy.util import minibatch
 
-        from ..pipe import batch_by_length
+        from ..util import batch_by_length
 
         tagger = self.tagger
         index = {tag: i for i, tag in enumerate(tagger.tags)}
