@@ -25,18 +25,32 @@ from spacy.util import registry
 TokenSpan = Tuple[int, int]
 
 
+#: The longest word a lexicon takes. Real dictionary words and names are far
+#: shorter (jieba's longest entry has 16 characters); a longer entry is almost
+#: always a whole text pasted into a word list by mistake.
+MAX_WORD_LENGTH = 100
+
+
 class Lexicon:
-    """A set of words of at least two characters, without whitespace."""
+    """A set of words of at least two characters, without whitespace.
+
+    Matching runs an Aho-Corasick automaton (``pyahocorasick``) over each run
+    of the doc's text that a word may span, so its cost grows with the text's
+    length and the number of occurrences, not with the longest word."""
 
     def __init__(self, words: Iterable[str]) -> None:
         kept = set()
         for word in words:
             if not isinstance(word, str):
                 raise ValueError(f"lexicon: a word must be a string, got {word!r}")
+            if len(word) > MAX_WORD_LENGTH:
+                raise ValueError(f"lexicon: the entry {word[:20]!r}... has {len(word):,} characters, "
+                                 f"more than the {MAX_WORD_LENGTH} a word may have (a text in a word list?)")
             if len(word) >= 2 and not any(ch.isspace() for ch in word):
                 kept.add(word)
         self.words = frozenset(kept)
         self.max_length = max((len(w) for w in self.words), default=0)
+        self._automaton = None
 
     def __len__(self) -> int:
         return len(self.words)
@@ -44,28 +58,37 @@ class Lexicon:
     def __contains__(self, word: str) -> bool:
         return word in self.words
 
+    def __getstate__(self):
+        # the automaton is rebuilt on demand (multiprocessing pickles pipes)
+        return {"words": self.words, "max_length": self.max_length, "_automaton": None}
+
+    def _matcher(self):
+        if self._automaton is None:
+            import ahocorasick
+
+            automaton = ahocorasick.Automaton()
+            for word in self.words:
+                automaton.add_word(word, len(word))
+            automaton.make_automaton()
+            self._automaton = automaton
+        return self._automaton
+
     def matches(self, doc: Doc) -> List[TokenSpan]:
         """Every occurrence of a lexicon word in ``doc`` as token spans of two
-        or more tokens, overlapping ones included. A span never crosses
-        whitespace (a space token, or a token followed by a space)."""
-        texts = [t.text for t in doc]
-        blocked = [t.is_space for t in doc]
-        followed_by_space = [bool(t.whitespace_) for t in doc]
+        or more tokens, overlapping ones included, ordered by start then end.
+        A span never crosses whitespace (a space token, or a token followed by
+        a space) and starts and ends on token boundaries."""
+        if not self.words:
+            return []
+        automaton = self._matcher()
         found: List[TokenSpan] = []
-        for start in range(len(texts)):
-            if blocked[start] or followed_by_space[start]:
-                continue
-            text = texts[start]
-            for end in range(start + 1, len(texts)):
-                if blocked[end]:
-                    break
-                text += texts[end]
-                if len(text) > self.max_length:
-                    break
-                if text in self.words:
-                    found.append((start, end + 1))
-                if followed_by_space[end]:
-                    break
+        for first, text, token_at in _runs(doc):
+            for last_char, length in automaton.iter(text):
+                start_char, end_char = last_char + 1 - length, last_char + 1
+                start, end = token_at.get(start_char), token_at.get(end_char)
+                if start is not None and end is not None and end - start >= 2:
+                    found.append((first + start, first + end))
+        found.sort()
         return found
 
     def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float,
@@ -83,6 +106,31 @@ class Lexicon:
             bias[start + 1:end - 1, columns["M"]] += weight
             bias[end - 1, columns["E"]] += weight
         return bias
+
+
+def _runs(doc: Doc):
+    """The stretches of ``doc`` a word may span: ``(first token, text, token
+    boundaries)``, where the boundaries map a character offset in ``text`` to
+    the token (relative to ``first``) that starts there, or the run's length
+    at its end. A run stops at a space token and after a token followed by a
+    space."""
+    first, text, token_at = 0, [], {0: 0}
+    offset = 0
+    for token in doc:
+        if token.is_space:
+            if len(token_at) > 2:
+                yield first, "".join(text), token_at
+            first, text, token_at, offset = token.i + 1, [], {0: 0}, 0
+            continue
+        text.append(token.text)
+        offset += len(token.text)
+        token_at[offset] = token.i + 1 - first
+        if token.whitespace_:
+            if len(token_at) > 2:
+                yield first, "".join(text), token_at
+            first, text, token_at, offset = token.i + 1, [], {0: 0}, 0
+    if len(token_at) > 2:
+        yield first, "".join(text), token_at
 
 
 def check_weight(name: str, weight) -> float:

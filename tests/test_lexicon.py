@@ -1,6 +1,10 @@
 """A lexicon as a decoding prior of a bmes segmenter (spacy_crf.lexicon and
 CRFTagger.set_lexicon): where it matches, what it adds to the emissions,
 that it changes decoding only, and that it is saved with the pipe."""
+import pickle
+import random
+import time
+
 import numpy
 import pytest
 import spacy
@@ -8,7 +12,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.lexicon import Lexicon, read_lexicon
+from spacy_crf.lexicon import MAX_WORD_LENGTH, Lexicon, read_lexicon
 
 from _configs import NER_DATA, WORDS, crf_model_config
 from conftest import segmentation_examples, trained_segmenter
@@ -59,6 +63,65 @@ def test_matches_never_cross_whitespace():
     doc = Doc(nlp.vocab, words=["上", "  ", "海", "市"], spaces=[False] * 4)  # a space token
     assert lexicon.matches(doc) == [(2, 4)]
     assert len(Lexicon(["上 海", "上\t海"])) == 0  # whitespace inside a word: never matchable
+
+
+def _reference_matches(lexicon, doc):
+    # the definition, one substring at a time (quadratic: small docs only)
+    found = []
+    for start in range(len(doc)):
+        for end in range(start + 2, len(doc) + 1):
+            span = doc[start:end]
+            if any(t.is_space for t in span) or any(t.whitespace_ for t in span[:-1]):
+                break
+            if span.text in lexicon:
+                found.append((start, end))
+    return found
+
+
+def test_matches_agree_with_the_definition_on_random_docs():
+    rng = random.Random(0)
+    chars = "上海市长江大桥一二"
+    words = {"".join(rng.choice(chars) for _ in range(rng.randint(2, 5))) for _ in range(40)}
+    lexicon = Lexicon(words | {"上海", "海市", "上海市长"})
+    vocab = spacy.blank("zh").vocab
+    for _ in range(200):
+        tokens = ["".join(rng.choice(chars) for _ in range(rng.choice([1, 1, 1, 2])))
+                  for _ in range(rng.randint(0, 25))]
+        tokens = [t if rng.random() > 0.05 else " " for t in tokens]  # space tokens
+        spaces = [rng.random() < 0.1 for _ in tokens]
+        doc = Doc(vocab, words=tokens, spaces=spaces)
+        assert lexicon.matches(doc) == _reference_matches(lexicon, doc), doc.text
+
+
+def test_matches_only_on_token_boundaries_and_outside_the_basic_plane():
+    vocab = spacy.blank("zh").vocab
+    doc = Doc(vocab, words=["上海", "市", "𠀀", "𠀁"], spaces=[False] * 4)
+    lexicon = Lexicon(["海市", "上海市", "𠀀𠀁", "市𠀀"])
+    assert lexicon.matches(doc) == [(0, 2), (1, 3), (2, 4)]  # "海市" starts inside a token
+
+
+def test_a_long_word_in_the_lexicon_does_not_make_matching_quadratic():
+    # one entry of MAX_WORD_LENGTH characters used to make each start scan to the
+    # end of the doc (100,000 characters: 60 s for a 4,000-character doc)
+    lexicon = Lexicon(["上海", "甲" * MAX_WORD_LENGTH])
+    doc = spacy.blank("zh").make_doc("甲" * 20_000 + "上海")
+    started = time.perf_counter()
+    found = lexicon.matches(doc)
+    assert time.perf_counter() - started < 5.0
+    assert found[-1] == (20_000, 20_002) and len(found) == 20_000 - MAX_WORD_LENGTH + 1 + 1
+
+
+def test_an_absurdly_long_lexicon_entry_is_refused_with_its_length():
+    with pytest.raises(ValueError, match=r"100,000 characters, more than the 100"):
+        Lexicon(["上海", "甲" * 100_000])
+
+
+def test_a_lexicon_survives_pickling_for_worker_processes():
+    lexicon = Lexicon(["上海", "海市"])
+    doc = spacy.blank("zh").make_doc("上海市")
+    assert lexicon.matches(doc) == [(0, 2), (1, 3)]  # builds the automaton
+    copy = pickle.loads(pickle.dumps(lexicon))
+    assert copy.words == lexicon.words and copy.matches(doc) == [(0, 2), (1, 3)]
 
 
 def test_emission_bias_adds_b_m_e_per_occurrence():
