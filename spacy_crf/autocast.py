@@ -32,10 +32,10 @@ import torch
 from spacy.language import Language
 from spacy.util import registry
 from thinc.api import ArgsKwargs, get_current_ops
-from thinc.shims import PyTorchShim
+
+from ._compat import mix_in, torch_shims, uses_mixed_precision
 
 DTYPES: Dict[str, torch.dtype] = {"bfloat16": torch.bfloat16}
-_AUTOCAST_CLASSES: Dict[type, type] = {}
 
 
 class CPUAutocastShim:
@@ -67,14 +67,6 @@ def as_float32(output: Any) -> Any:
     return output
 
 
-def _autocast_class(cls: type) -> type:
-    if issubclass(cls, CPUAutocastShim):
-        return cls
-    if cls not in _AUTOCAST_CLASSES:
-        _AUTOCAST_CLASSES[cls] = type(f"CPUAutocast{cls.__name__}", (CPUAutocastShim, cls), {})
-    return _AUTOCAST_CLASSES[cls]
-
-
 def cpu_autocast(nlp: Language, dtype: str = "bfloat16") -> List[str]:
     """Give every torch shim in ``nlp``'s components CPU autocast to ``dtype`` in
     training updates. Returns the names of the components that have one.
@@ -91,25 +83,17 @@ def cpu_autocast(nlp: Language, dtype: str = "bfloat16") -> List[str]:
             f"{who}: the pipeline runs on {ops.device_type} ({type(ops).__name__}); CPU autocast is "
             "for CPU training. On a GPU, set mixed_precision = true in the transformer's model."
         )
-    shims = []
-    for name, component in nlp.components:
-        model = getattr(component, "model", None)
-        if model is None:
-            continue
-        for node in model.walk():
-            for shim in node.shims:
-                if not isinstance(shim, PyTorchShim):
-                    continue
-                if getattr(shim, "_mixed_precision", False):
-                    raise ValueError(
-                        f"{who}: {name}'s transformer has mixed_precision = true (CUDA autocast "
-                        "with gradient scaling); use one or the other."
-                    )
-                shims.append((name, shim))
+    shims = list(torch_shims(nlp, built=False))  # a before_init callback: not built yet
+    for name, shim in shims:
+        if uses_mixed_precision(shim):
+            raise ValueError(
+                f"{who}: {name}'s transformer has mixed_precision = true (CUDA autocast "
+                "with gradient scaling); use one or the other."
+            )
     if not shims:
         raise ValueError(f"{who}: no component of the pipeline has a PyTorch model to autocast.")
     for _, shim in shims:
-        shim.__class__ = _autocast_class(type(shim))
+        mix_in(shim, CPUAutocastShim)
         shim.autocast_dtype = DTYPES[dtype]
     return sorted({name for name, _ in shims})
 

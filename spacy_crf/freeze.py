@@ -19,27 +19,13 @@ model (``embeddings.word_embeddings.weight``,
 ``spacy_crf.GroupedAdam.v1``'s ``param_groups``.
 """
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.util import registry
-from thinc.api import Model
 from thinc.shims import Shim
 
-
-def torch_shims(nlp: Language) -> Iterator[Tuple[str, Shim]]:
-    """(component name, shim) for every PyTorch shim in the pipeline's models, once each."""
-    seen = set()
-    for name, component in nlp.components:
-        model = getattr(component, "model", None)
-        if not isinstance(model, Model):
-            continue
-        for node in model.walk():
-            for shim in node.shims:
-                module = getattr(shim, "_model", None)
-                if id(shim) not in seen and module is not None and hasattr(module, "named_parameters"):
-                    seen.add(id(shim))
-                    yield name, shim
+from ._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
 
 
 def matching_parameters(
@@ -57,7 +43,7 @@ def matching_parameters(
     found = []
     used = set()
     for component, shim in torch_shims(nlp):
-        for param_name, param in shim._model.named_parameters():
+        for param_name, param in torch_module(shim).named_parameters():
             hits = [p for p in patterns if fnmatchcase(param_name, p)]
             if hits:
                 used.update(hits)

@@ -63,6 +63,7 @@ from spacy.attrs import (
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
+from ._compat import copy_doc_private_fields
 from .util import DEFAULT_SPANS_KEY  # the segmenter's default span group
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
@@ -353,9 +354,7 @@ def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
     merged.user_token_hooks = dict(doc.user_token_hooks)
     merged.user_span_hooks = dict(doc.user_span_hooks)
     merged.has_unknown_spaces = doc.has_unknown_spaces
-    merged._context = doc._context
-    merged._vector = doc._vector
-    merged._vector_norm = doc._vector_norm
+    copy_doc_private_fields(doc, merged)
     merged.sentiment = doc.sentiment
     merged.noun_chunks_iterator = doc.noun_chunks_iterator
     return merged

@@ -56,11 +56,12 @@ from spacy_transformers.architectures import (
     transformer_tok2vec_v3,
 )
 from spacy_transformers.layers import TransformerModel
-from spacy_transformers.layers._util import replace_listener_cfg as _stock_replace_listener_cfg
 from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model, get_torch_default_device
 from transformers import AutoModel
+
+from ._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
 
 QUANTIZED_ARCH = "spacy_crf.QuantizedTransformerModel.v1"
 QUANTIZED_TOK2VEC_ARCH = "spacy_crf.QuantizedTok2VecTransformer.v1"
@@ -200,7 +201,7 @@ def _set_quantized_transformer(model: TransformerModel, hf_model) -> None:
 
 def _quantized_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
     """``replace_listeners`` writes this into the listening component's config."""
-    result = _stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
+    result = stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
     if result["@architectures"] == "spacy-transformers.Tok2VecTransformer.v3":
         result["@architectures"] = QUANTIZED_TOK2VEC_ARCH
     return result
@@ -217,18 +218,19 @@ def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: boo
                 f"not as asked (dtype={dtype}, embeddings={embeddings})."
             )
         return
+    state = hf_shim_state(shim)
     new = QuantizedHFShim(
-        shim._hfmodel,
+        state["model"],
         dtype=dtype,
         embeddings=embeddings,
         config=shim.cfg,
-        optimizer=shim._optimizer,
-        mixed_precision=shim._mixed_precision,
+        optimizer=state["optimizer"],
+        mixed_precision=state["mixed_precision"],
         grad_scaler_config={},  # a fresh dict: HFShim writes into it
         config_cls=shim.config_cls,
         tokenizer_cls=shim.tokenizer_cls,
     )
-    new._grad_scaler = shim._grad_scaler
+    set_grad_scaler(new, state["grad_scaler"])
     wrapper.shims[0] = new
     model.attrs["set_transformer"] = _set_quantized_transformer
     model.attrs["replace_listener_cfg"] = _quantized_replace_listener_cfg
@@ -280,10 +282,6 @@ def create_quantized_tok2vec_transformer(
     return model
 
 
-def _transformer_models(model: Model) -> List[TransformerModel]:
-    return [node for node in model.walk() if isinstance(node, TransformerModel)]
-
-
 def _transformer_blocks(cfg: Any, path: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Dict]]:
     """(path, block) of every config block naming a transformer architecture."""
     found = []
@@ -318,13 +316,11 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
     _check_dtype(dtype)
     _check_cpu("quantize_pipeline")
     plan = []
-    for name, component in nlp.components:
-        model = getattr(component, "model", None)
-        if not isinstance(model, Model):
-            continue
-        models = _transformer_models(model)
-        if not models:
-            continue
+    by_component: Dict[str, List[TransformerModel]] = {}
+    for name, node in pipeline_nodes(nlp, once=False):
+        if isinstance(node, TransformerModel):
+            by_component.setdefault(name, []).append(node)
+    for name, models in by_component.items():
         blocks = _transformer_blocks(nlp.get_pipe_config(name))
         if len(blocks) != len(models):
             raise ValueError(

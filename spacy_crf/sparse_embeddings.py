@@ -29,7 +29,7 @@ model, as in ``spacy_crf.freeze_parameters.v1``. Only the ``weight`` of a
 scaling) is refused: thinc's scaler does not unscale sparse tensors.
 """
 import warnings
-from typing import Callable, Dict, List, Sequence, Type
+from typing import Callable, List, Sequence
 
 import torch
 from spacy.language import Language
@@ -37,9 +37,8 @@ from spacy.util import registry
 from thinc.api import Optimizer, torch2xp
 from thinc.shims import PyTorchShim
 
+from ._compat import mix_in, scales_gradients, torch_module
 from .freeze import matching_parameters
-
-_SPARSE_CLASSES: Dict[type, type] = {}
 
 
 class SparseRowsShim:
@@ -51,21 +50,13 @@ class SparseRowsShim:
         super().finish_update(optimizer)
 
 
-def _sparse_class(cls: Type[PyTorchShim]) -> type:
-    if issubclass(cls, SparseRowsShim):
-        return cls
-    if cls not in _SPARSE_CLASSES:
-        _SPARSE_CLASSES[cls] = type(f"SparseRows{cls.__name__}", (SparseRowsShim, cls), {})
-    return _SPARSE_CLASSES[cls]
-
-
 def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
     """Update each parameter of ``shim`` that holds a sparse gradient lazily, then
     drop the gradient; one without a lazy update gets its gradient made dense, for
     the shim's own ``finish_update``."""
     densified = shim.__dict__.setdefault("_spacy_crf_densified", set())
     is_lazy = getattr(optimizer, "is_lazy", None)
-    for name, param in shim._model.named_parameters():
+    for name, param in torch_module(shim).named_parameters():
         grad = param.grad
         if grad is None or not grad.is_sparse:
             continue
@@ -102,7 +93,7 @@ def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
     tables = []
     shims = {}
     for component, shim, param_name, param in matching_parameters(nlp, patterns, who):
-        module = shim._model
+        module = torch_module(shim)
         owner_name, _, attr = param_name.rpartition(".")
         owner = module.get_submodule(owner_name)
         if not isinstance(owner, torch.nn.Embedding) or attr != "weight":
@@ -110,7 +101,7 @@ def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
                 f"{who}: {component}:{param_name} is not the weight of a torch.nn.Embedding "
                 f"({type(owner).__name__}); only embedding tables can have sparse gradients."
             )
-        if getattr(shim, "_grad_scaler", None) is not None and shim._grad_scaler._enabled:
+        if scales_gradients(shim):
             raise ValueError(
                 f"{who}: {component} uses gradient scaling (mixed precision), which does not "
                 "unscale sparse gradients."
@@ -122,7 +113,7 @@ def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
         owner.sparse = True
         param.grad = None
     for shim in shims.values():
-        shim.__class__ = _sparse_class(type(shim))
+        mix_in(shim, SparseRowsShim)
     return [name for _, _, name in tables]
 
 

@@ -1,0 +1,206 @@
+"""The one place where spacy-crf touches private parts of spaCy, thinc,
+spacy-transformers and torch.
+
+Autocast, sparse embedding gradients, freezing and quantization all change
+the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
+thinc's Adam state; the merge copies a ``Doc``'s private fields. Those
+reaches are listed in :data:`PRIVATE_API`, and
+:func:`check_private_api` checks every entry against the installed
+libraries (run by the test suite), so that an upgrade that renames one fails
+with a message naming it instead of silently disabling a feature. Code
+outside this module goes through the helpers below rather than the private
+names (a test scans the package for stray ones).
+"""
+import importlib
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from spacy.language import Language
+from thinc.api import Model
+from thinc.shims import PyTorchShim
+
+
+class PrivateAPI(NamedTuple):
+    """A private attribute the package relies on: ``owner`` (a class or a
+    module, by dotted name) has ``name``; ``why`` says what for, ``users``
+    which modules depend on it."""
+
+    owner: str
+    name: str
+    why: str
+    users: Tuple[str, ...]
+
+
+PRIVATE_API: Tuple[PrivateAPI, ...] = (
+    PrivateAPI("thinc.shims.PyTorchShim", "_model", "the torch module a shim wraps",
+               ("freeze", "sparse_embeddings", "quantize", "autocast")),
+    PrivateAPI("thinc.shims.PyTorchShim", "_mixed_precision", "whether the shim runs CUDA autocast",
+               ("autocast", "quantize")),
+    PrivateAPI("thinc.shims.PyTorchShim", "_grad_scaler", "the shim's gradient scaler",
+               ("sparse_embeddings", "quantize")),
+    PrivateAPI("thinc.shims.pytorch_grad_scaler.PyTorchGradScaler", "_enabled",
+               "whether gradients are scaled (sparse ones are not unscaled)", ("sparse_embeddings",)),
+    PrivateAPI("spacy_transformers.layers.hf_shim.HFShim", "_hfmodel",
+               "the HFObjects a transformer shim holds", ("quantize",)),
+    PrivateAPI("spacy_transformers.layers.hf_shim.HFShim", "_optimizer",
+               "the shim's own torch optimizer, copied to the quantized shim", ("quantize",)),
+    PrivateAPI("spacy_transformers.layers._util", "replace_listener_cfg",
+               "what replace_listeners writes into a listener's config", ("quantize",)),
+    PrivateAPI("thinc.optimizers.Optimizer", "mom1", "Adam's first moments, updated row by row",
+               ("optimizers",)),
+    PrivateAPI("thinc.optimizers.Optimizer", "mom2", "Adam's second moments, updated row by row",
+               ("optimizers",)),
+    PrivateAPI("thinc.optimizers.Optimizer", "nr_update", "Adam's step count per parameter",
+               ("optimizers",)),
+    PrivateAPI("spacy.tokens.Doc", "_context", "copied to the merged doc", ("merge",)),
+    PrivateAPI("spacy.tokens.Doc", "_vector", "copied to the merged doc", ("merge",)),
+    PrivateAPI("spacy.tokens.Doc", "_vector_norm", "copied to the merged doc", ("merge",)),
+    PrivateAPI("spacy.cli._util", "app", "spaCy's typer app, which `spacy crf` joins", ("cli.plugin",)),
+)
+
+
+# --- walking a pipeline's torch models ------------------------------------------
+
+
+def pipeline_nodes(nlp: Language, once: bool = True) -> Iterator[Tuple[str, Model]]:
+    """(component name, thinc node) for every node of every component's
+    model. ``once``: a node shared by components is seen under its first
+    owner only; otherwise under each."""
+    seen = set()
+    for name, component in nlp.components:
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            continue
+        for node in model.walk():
+            if not once or id(node) not in seen:
+                seen.add(id(node))
+                yield name, node
+
+
+def torch_shims(nlp: Language, built: bool = True) -> Iterator[Tuple[str, PyTorchShim]]:
+    """(component name, shim) for every PyTorch shim in the pipeline, once
+    each. ``built``: only shims that hold their torch module already (a
+    transformer's is built by ``initialize``)."""
+    seen = set()
+    for name, node in pipeline_nodes(nlp):
+        for shim in node.shims:
+            if isinstance(shim, PyTorchShim) and id(shim) not in seen and (not built or torch_module(shim) is not None):
+                seen.add(id(shim))
+                yield name, shim
+
+
+def torch_module(shim: PyTorchShim):
+    """The ``torch.nn.Module`` a shim wraps (None while it has none)."""
+    module = shim._model
+    return module if hasattr(module, "named_parameters") else None
+
+
+def uses_mixed_precision(shim: PyTorchShim) -> bool:
+    """Whether the shim runs CUDA autocast with gradient scaling."""
+    return bool(shim._mixed_precision)
+
+
+def scales_gradients(shim: PyTorchShim) -> bool:
+    """Whether the shim's gradient scaler is on."""
+    scaler = shim._grad_scaler
+    return scaler is not None and bool(scaler._enabled)
+
+
+def hf_shim_state(shim) -> Dict[str, object]:
+    """What a replacement of a spacy-transformers ``HFShim`` must take over:
+    its HF objects, optimizer, mixed-precision flag and gradient scaler."""
+    return {"model": shim._hfmodel, "optimizer": shim._optimizer,
+            "mixed_precision": shim._mixed_precision, "grad_scaler": shim._grad_scaler}
+
+
+def set_grad_scaler(shim: PyTorchShim, scaler) -> None:
+    """Give ``shim`` another shim's gradient scaler (its constructor builds a new one)."""
+    shim._grad_scaler = scaler
+
+
+def spacy_cli_app():
+    """spaCy's typer app (``spacy ...``), which ``spacy crf`` joins."""
+    from spacy.cli._util import app
+
+    return app
+
+
+def stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
+    """spacy-transformers' own ``replace_listener_cfg``."""
+    from spacy_transformers.layers._util import replace_listener_cfg
+
+    return replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
+
+
+def copy_doc_private_fields(source, target) -> None:
+    """Copy the ``Doc`` fields that have no public setter."""
+    target._context = source._context
+    target._vector = source._vector
+    target._vector_norm = source._vector_norm
+
+
+# --- changing a shim's behaviour in place ---------------------------------------
+
+_MIXED_CLASSES: Dict[Tuple[type, type], type] = {}
+
+
+def mix_in(obj: object, mixin: type) -> None:
+    """Give ``obj`` the methods of ``mixin`` by swapping its class for a
+    subclass of both (cached per pair, so that objects stay comparable by
+    type). Doing it twice changes nothing. The shims are built by spaCy and
+    spacy-transformers from the config, so wrapping them is not an option:
+    their owners hold them by reference."""
+    cls = type(obj)
+    if issubclass(cls, mixin):
+        return
+    key = (mixin, cls)
+    if key not in _MIXED_CLASSES:
+        _MIXED_CLASSES[key] = type(f"{mixin.__name__.removesuffix('Shim')}{cls.__name__}", (mixin, cls), {})
+    obj.__class__ = _MIXED_CLASSES[key]
+
+
+# --- checking the list against the installed libraries --------------------------
+
+
+def _instances() -> Dict[str, Callable[[], object]]:
+    """How to build an object of each class in :data:`PRIVATE_API` (instance
+    attributes only exist on instances)."""
+    import numpy
+    import spacy
+    import torch
+    from spacy.tokens import Doc
+    from spacy_transformers.layers.hf_shim import HFShim
+    from spacy_transformers.data_classes import HFObjects
+    from thinc.api import Adam
+    from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
+
+    def adam():
+        optimizer = Adam(0.001)
+        optimizer((0, "W"), numpy.zeros(2, dtype="f"), numpy.ones(2, dtype="f"))
+        return optimizer
+
+    return {
+        "thinc.shims.PyTorchShim": lambda: PyTorchShim(torch.nn.Linear(2, 2)),
+        "thinc.shims.pytorch_grad_scaler.PyTorchGradScaler": PyTorchGradScaler,
+        "spacy_transformers.layers.hf_shim.HFShim": lambda: HFShim(HFObjects(None, None, None, {}, {})),
+        "thinc.optimizers.Optimizer": adam,
+        "spacy.tokens.Doc": lambda: Doc(spacy.blank("xx").vocab, words=["a"]),
+    }
+
+
+def check_entry(entry: PrivateAPI, instances: Optional[Dict[str, Callable[[], object]]] = None) -> Optional[str]:
+    """None if the installed libraries still have ``entry``; else what broke."""
+    instances = _instances() if instances is None else instances
+    try:
+        owner = instances[entry.owner]() if entry.owner in instances else importlib.import_module(entry.owner)
+    except Exception as e:  # an upgrade can break the constructor as well
+        return f"{entry.owner} could not be built to check {entry.name!r}: {type(e).__name__}: {e}"
+    if not hasattr(owner, entry.name):
+        return (f"{entry.owner} has no {entry.name!r} any more ({entry.why}); spacy_crf's "
+                f"{', '.join(entry.users)} rely on it: see spacy_crf/_compat.py")
+    return None
+
+
+def check_private_api() -> List[str]:
+    """Every entry of :data:`PRIVATE_API` the installed libraries lack, as messages."""
+    instances = _instances()
+    return [problem for entry in PRIVATE_API if (problem := check_entry(entry, instances)) is not None]

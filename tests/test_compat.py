@@ -1,0 +1,84 @@
+"""The private parts of spaCy, thinc, spacy-transformers and torch the package
+relies on (spacy_crf._compat): every listed one is still there, an upgrade
+that removes one fails with its name, and no module reaches past the list."""
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+from thinc.shims import PyTorchShim
+
+import spacy_crf
+from spacy_crf import _compat
+from spacy_crf._compat import PRIVATE_API, PrivateAPI, check_entry, mix_in
+
+PACKAGE = Path(spacy_crf.__file__).parent
+
+
+@pytest.mark.parametrize("entry", PRIVATE_API, ids=lambda e: f"{e.owner}.{e.name}")
+def test_every_private_attribute_the_package_uses_is_still_there(entry):
+    assert check_entry(entry) is None
+
+
+def test_a_renamed_private_attribute_fails_with_its_owner_name_and_users():
+    # as if an upgrade renamed PyTorchShim._model
+    entry = PrivateAPI("thinc.shims.PyTorchShim", "_renamed_model", "what for", ("autocast",))
+    problem = check_entry(entry)
+    assert problem is not None
+    assert "thinc.shims.PyTorchShim has no '_renamed_model'" in problem and "autocast" in problem
+    missing_module_attr = PrivateAPI("spacy.cli._util", "no_such_app", "x", ("cli.plugin",))
+    assert "no_such_app" in check_entry(missing_module_attr)
+
+
+def _private_reaches(path: Path):
+    """``obj._name`` where ``obj`` is not ``self``/``cls`` and ``_name`` is not
+    a dunder: attribute reaches into another object's private state."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            yield node.lineno, node.attr
+        if isinstance(node, ast.ImportFrom) and node.module and any(
+            part.startswith("_") for part in node.module.split(".")
+        ) and node.level == 0:
+            yield node.lineno, node.module
+
+
+# The package's own private names that its modules share on purpose (the user
+# dictionary's state, read by its decoding module).
+OWN_PRIVATE = {"_entries", "_compiled", "_update", "_to_list", "_replace_saved"}
+
+
+def test_no_module_reaches_private_library_state_outside_compat():
+    stray = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "_compat.py":
+            continue
+        for line, name in _private_reaches(path):
+            if name not in OWN_PRIVATE:
+                stray.append(f"{path.relative_to(PACKAGE)}:{line}: {name}")
+    assert not stray, "reach through spacy_crf._compat instead: " + "; ".join(stray)
+
+
+def test_the_pipeline_walkers_are_in_one_place():
+    # autocast, freezing, sparse embeddings and quantization walk with _compat's walker
+    for name in ("autocast.py", "freeze.py", "sparse_embeddings.py", "quantize.py"):
+        text = (PACKAGE / name).read_text(encoding="utf-8")
+        assert "nlp.components" not in text, name
+
+
+def test_mix_in_swaps_the_class_once_and_keeps_behaviour():
+    class Loud:
+        def begin_update(self, inputs):
+            output, backprop = super().begin_update(inputs)
+            return output * 2, backprop
+
+    a, b = PyTorchShim(torch.nn.Linear(2, 2)), PyTorchShim(torch.nn.Linear(2, 2))
+    mix_in(a, Loud)
+    mix_in(a, Loud)
+    mix_in(b, Loud)
+    assert type(a) is type(b) and type(a).__mro__[1:3] == (Loud, PyTorchShim)
+    assert type(a).__name__ == "LoudPyTorchShim"
+    assert _compat._MIXED_CLASSES[(Loud, PyTorchShim)] is type(a)
