@@ -31,11 +31,12 @@ def nonfinite_count(array) -> int:
 
 
 def nonfinite_in_loss(loss: float, d_scores) -> str:
-    """What is not finite in a loss and its gradient (a ``CRFGradient``:
-    emission gradients plus ``d_params``); empty when all is finite."""
+    """What is not finite in a loss and its gradient (a list of score
+    gradients, or a ``CRFGradient``: emission gradients plus ``d_params``);
+    empty when all is finite."""
     if not numpy.isfinite(loss):
         return f"the loss is {loss}"
-    for d in d_scores:
+    for d in getattr(d_scores, "d_emissions", d_scores):
         bad = nonfinite_count(d)
         if bad:
             return f"the gradient of the scores has {bad} NaN or infinite values"

@@ -10,12 +10,15 @@ pass. The CRF layer's backprop callback adds the latter to the layer's
 parameters and passes the former on, so the transitions get their gradient
 in the backward pass like any other thinc parameter, and
 ``Model.finish_update`` updates every parameter with the same optimizer call.
+``CRFGradient`` is not a list on purpose: a layer above the CRF that rebuilt
+the gradient would drop the CRF's part, so it fails instead (the CRF layer's
+backprop takes nothing else).
 
 Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
 so that :mod:`spacy_crf.optimizers` can put them in learning-rate groups.
 """
 import os
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
@@ -121,15 +124,23 @@ def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
     return model.ops.unflatten(Y, lengths), backprop
 
 
-class CRFGradient(list):
-    """The gradient :func:`crf_loss` returns: a list of emission gradients
-    ``[n_i, K]`` (what the layers below the CRF receive) that also carries
-    ``d_params``, the gradients of the CRF layer's parameters by name, which
-    the CRF layer's backprop adds to the layer."""
+class CRFGradient:
+    """The gradient :func:`crf_loss` returns, what the CRF layer's backprop takes.
 
-    def __init__(self, d_scores: Iterable[Floats2d], d_params: Optional[Dict[str, numpy.ndarray]] = None) -> None:
-        super().__init__(d_scores)
-        self.d_params: Dict[str, numpy.ndarray] = dict(d_params or {})
+    d_emissions: per doc, the gradient of the emission scores ``[n_i, K]``
+        (what the layers below the CRF receive).
+    d_params: the gradients of the CRF layer's parameters by name
+        (``crf_transitions`` ``[K, K]``, ``crf_start`` / ``crf_end`` ``[K]``).
+    """
+
+    __slots__ = ("d_emissions", "d_params")
+
+    def __init__(self, d_emissions: Iterable[Floats2d], d_params: Dict[str, numpy.ndarray]) -> None:
+        self.d_emissions: List[Floats2d] = list(d_emissions)
+        self.d_params: Dict[str, numpy.ndarray] = dict(d_params)
+
+    def __repr__(self) -> str:
+        return f"CRFGradient({len(self.d_emissions)} docs, params={sorted(self.d_params)})"
 
 
 def CRF(nO: Optional[int] = None, use_start_end: bool = True) -> Model[List[Floats2d], List[Floats2d]]:
@@ -163,11 +174,17 @@ def _crf_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -> None:
         model.set_param(END, xp.asarray(numpy.random.uniform(-scale, scale, (nO,)), dtype="f"))
 
 
-def _crf_forward(model: Model, X, is_train: bool):
-    def backprop(dY):
-        for name, grad in getattr(dY, "d_params", {}).items():
+def _crf_forward(model: Model, X: List[Floats2d], is_train: bool):
+    def backprop(dY: CRFGradient) -> List[Floats2d]:
+        if not isinstance(dY, CRFGradient):
+            raise TypeError(
+                f"The CRF layer's backprop got a {type(dY).__name__}, not the CRFGradient that "
+                "spacy_crf.model.crf_loss returns: a layer between the CRF and the loss rebuilt the "
+                "gradient, which would lose the gradients of the transitions."
+            )
+        for name, grad in dY.d_params.items():
             model.inc_grad(name, grad)
-        return list(dY)
+        return dY.d_emissions
 
     return X, backprop
 
@@ -223,8 +240,9 @@ def crf_loss(
     gold: List[Ints1d],
     constraints: Optional[TransitionMask] = None,
     constrain_training: bool = False,
-) -> Tuple[float, CRFGradient]:
-    """Summed loss over the docs, and its gradient (a :class:`CRFGradient`).
+) -> Tuple[float, Union[CRFGradient, List[Floats2d]]]:
+    """Summed loss over the docs, and its gradient: a :class:`CRFGradient`
+    with a CRF, the emission gradients ``[n_i, K]`` per doc without one.
 
     ``gold`` holds tag ids, -1 where the gold tag is unknown (misaligned or
     missing annotation): the CRF marginalises over those positions, the
@@ -258,7 +276,7 @@ def crf_loss(
             log_probs.reshape(-1, log_probs.shape[-1]), tags.reshape(-1), ignore_index=-1, reduction="sum"
         )
         loss.backward()
-        d_params = {}
+        return float(loss.detach()), _unpad(torch2xp(emissions.grad), lengths)
     d_scores = _unpad(torch2xp(emissions.grad), lengths)
     return float(loss.detach()), CRFGradient(d_scores, d_params)
 

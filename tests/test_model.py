@@ -4,9 +4,10 @@ import subprocess
 import sys
 
 import numpy
+import pytest
 import spacy
 from spacy.training import Example
-from thinc.api import set_dropout_rate
+from thinc.api import Model, chain, noop, set_dropout_rate
 
 from spacy_crf.model import CRFGradient
 
@@ -143,3 +144,51 @@ def test_transition_scores_before_initialize_say_so():
     fresh = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
     with pytest.raises(ValueError, match="not initialized"):
         transition_scores(fresh.model)
+
+
+def _train_steps(nlp, examples, steps=3):
+    from spacy_crf.optimizers import grouped_adam
+
+    optimizer = grouped_adam(0.001, crf_lr_multiplier=100.0)
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+
+
+def test_the_transitions_move_when_the_model_is_wrapped_by_chain():
+    pipe, examples = _ner_pipe()
+    wrapped = chain(pipe.model, noop())  # a pass-through wrapper above the CRF
+    crf = wrapped.layers[0].get_ref("crf")
+    _zero_grads(wrapped)
+    scores, backprop = wrapped.begin_update([eg.predicted for eg in examples])
+    _, d_scores = pipe.get_loss(examples, scores)
+    backprop(d_scores)
+    assert numpy.abs(crf.get_grad("crf_transitions")).sum() > 0
+
+
+def test_a_wrapper_that_rebuilds_the_gradient_fails_instead_of_dropping_the_transitions():
+    pipe, examples = _ner_pipe()
+
+    def rebuild(model, X, is_train):
+        return X, lambda dY: [d.copy() for d in dY.d_emissions]  # loses d_params
+
+    wrapped = chain(pipe.model, Model("rebuild", rebuild))
+    scores, backprop = wrapped.begin_update([eg.predicted for eg in examples])
+    _, d_scores = pipe.get_loss(examples, scores)
+    with pytest.raises(TypeError, match="got a list, not the CRFGradient .* lose the gradients of the transitions"):
+        backprop(d_scores)
+    with pytest.raises(TypeError):
+        list(d_scores)  # not a list: iterating it cannot silently drop d_params either
+
+
+def test_the_transitions_move_behind_a_tok2vec_listener():
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("tok2vec")
+    model = crf_model_config()
+    model["tok2vec"] = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
+    pipe = nlp.add_pipe("crf_ner", config={"model": model})
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    nlp.initialize(lambda: examples)
+    before = pipe.model.get_ref("crf").get_param("crf_transitions").copy()
+    _train_steps(nlp, examples)
+    after = pipe.model.get_ref("crf").get_param("crf_transitions")
+    assert numpy.abs(after - before).max() > 0.01
