@@ -33,7 +33,7 @@ import torch
 from torchcrf import CRF
 from wasabi import msg
 
-from spacy_crf.crf import Constraints, LinearChainCRF
+from spacy_crf.ml.crf import Constraints, LinearChainCRF
 
 
 def bmes_constraints() -> Constraints:

@@ -21,7 +21,7 @@ import time
 
 import numpy
 
-from spacy_crf.optimizers import grouped_adam
+from spacy_crf.training.optimizers import grouped_adam
 
 KEY = (0, "embeddings.word_embeddings.weight")
 

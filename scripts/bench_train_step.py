@@ -55,9 +55,9 @@ def training_setup(
 ) -> Tuple[Language, Any, Any, float, List[str]]:
     """The pipeline, optimizer, training batches and dropout that ``spacy
     train`` would use, plus a line per parameter frozen or made sparse."""
-    from spacy_crf.autocast import cpu_autocast
-    from spacy_crf.freeze import freeze_parameters
-    from spacy_crf.sparse_embeddings import sparse_embeddings
+    from spacy_crf.training.autocast import cpu_autocast
+    from spacy_crf.training.freeze import freeze_parameters
+    from spacy_crf.training.sparse_embeddings import sparse_embeddings
 
     config = util.load_config(config_path, overrides=overrides, interpolate=False)
     nlp = init_nlp(config)

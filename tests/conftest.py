@@ -50,7 +50,7 @@ def tiny_ner_pipeline(tiny_bert_dir):
 
 def hf_model(nlp):
     """The Hugging Face model inside ``nlp``'s (first) torch shim."""
-    from spacy_crf.freeze import torch_shims
+    from spacy_crf.training.freeze import torch_shims
 
     return next(shim._model for _, shim in torch_shims(nlp))
 
@@ -64,7 +64,7 @@ def half_trained_pipeline(words, ents, updates: int = 4):
     from spacy.tokens import Doc
     from spacy.training import Example
 
-    from spacy_crf.optimizers import grouped_adam
+    from spacy_crf.training.optimizers import grouped_adam
 
     nlp = spacy.blank("zh")
     nlp.add_pipe("crf_tagger", name="segmenter", config={"scheme": "bmes"})

@@ -6,7 +6,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.util import NO_GOLD_WORDS
+from spacy_crf.doc_keys import NO_GOLD_WORDS
 
 from _configs import NER_DATA, PIPELINE_CFG, WORDS
 from assemble import assemble
@@ -17,7 +17,7 @@ def word_doc(vocab, words):
 
 
 def _train(nlp, examples, steps=15):
-    from spacy_crf.optimizers import grouped_adam
+    from spacy_crf.training.optimizers import grouped_adam
 
     optimizer = nlp.initialize(lambda: examples, sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
     for _ in range(steps):
@@ -180,7 +180,7 @@ def test_words_policy_is_saved_with_the_pipeline(trained_dirs, tmp_path, words):
 
 
 def test_quantized_assembly(trained_dirs, tmp_path):
-    from spacy_crf.quantize import is_quantized
+    from spacy_crf.encoders.quantize import is_quantized
 
     nlp = assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="qint8")
     assert nlp.meta["quantized"] == "qint8"

@@ -13,8 +13,8 @@ import torch
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
-from spacy_crf.autocast import CPUAutocastShim, as_float32, cpu_autocast
-from spacy_crf.freeze import torch_shims
+from spacy_crf.training.autocast import CPUAutocastShim, as_float32, cpu_autocast
+from spacy_crf.training.freeze import torch_shims
 from _configs import write_ner_training_files
 from conftest import hf_model, tiny_ner_pipeline
 
@@ -102,8 +102,8 @@ def test_the_callback_composes_with_sparse_embeddings_in_spacy_train(tiny_bert_d
     # A callback after training that fails the run unless both mixins are in place.
     code.write_text(
         "from spacy.util import registry\n"
-        "from spacy_crf.autocast import CPUAutocastShim\n"
-        "from spacy_crf.sparse_embeddings import SparseRowsShim\n"
+        "from spacy_crf.training.autocast import CPUAutocastShim\n"
+        "from spacy_crf.training.sparse_embeddings import SparseRowsShim\n"
         "@registry.callbacks('check_shim.v1')\n"
         "def make():\n"
         "    def check(nlp):\n"

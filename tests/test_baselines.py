@@ -1,5 +1,5 @@
 """project/scripts/baselines.py: BMES tag data for spaCy's tagger, and words
-decoded from its tags (through spacy_crf.schemes)."""
+decoded from its tags (through spacy_crf.ml.schemes)."""
 import spacy
 from spacy.tokens import Doc, DocBin
 

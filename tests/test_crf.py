@@ -1,4 +1,4 @@
-"""Tests for the CRF maths in spacy_crf.crf.
+"""Tests for the CRF maths in spacy_crf.ml.crf.
 
 Most checks compare against brute force: enumerate all K^T tag paths in
 float64 and compute partition functions, best paths and marginals directly.
@@ -9,8 +9,8 @@ from typing import List, Sequence, Tuple
 import pytest
 import torch
 
-from spacy_crf import crf
-from spacy_crf.crf import (
+from spacy_crf.ml import crf
+from spacy_crf.ml.crf import (
     IMPOSSIBLE,
     Constraints,
     LinearChainCRF,

@@ -1,4 +1,4 @@
-"""project/scripts/curve.py and spacy_crf.loggers: per-depth settings, the timing
+"""project/scripts/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
 rows of every evaluation, and the curve's table and plot."""
 import io
 
@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 import curve
-from spacy_crf.loggers import times_path, timed_console_logger
+from spacy_crf.training.loggers import times_path, timed_console_logger
 
 
 def test_per_depth_settings_need_a_value_for_every_depth():

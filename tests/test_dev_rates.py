@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from conftest import PROJECT_SCRIPTS, load_script
 from spacy_crf.corpora.rates import doc_mentions, doc_words, file_rates, oov_rate, seen_entity_rate, split_rates
-from spacy_crf.scorers import score_words
-from spacy_crf.util import NO_GOLD_WORDS
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.doc_keys import NO_GOLD_WORDS
 
 
 @pytest.fixture(scope="module")

@@ -397,7 +397,7 @@ def test_refuses_a_non_empty_directory_that_is_not_a_conversion(tmp_path):
     from typer.testing import CliRunner
     import typer
 
-    from spacy_crf.util import OutputPathError
+    from spacy_crf.files import OutputPathError
 
     out = tmp_path / "mine"
     out.mkdir()

@@ -7,7 +7,7 @@ import spacy
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from spacy_crf.merge import merge_words
+from spacy_crf.pipeline.merge_words import merge_words
 
 from conftest import load_script
 

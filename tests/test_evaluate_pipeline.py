@@ -100,7 +100,7 @@ def test_keep_words_scores_every_entity_by_offsets(script, corpus):
 
 
 def test_merge_cuts_name_the_right_words_cut_at_entity_boundaries(script):
-    from spacy_crf.merge import merge_words
+    from spacy_crf.pipeline.merge_words import merge_words
 
     nlp = spacy.blank("zh")
     # gold 美方 | 代表 | 在 | 北京 | 开会; the segmenter got 美方, 代表 and 在北京 (wrong), and

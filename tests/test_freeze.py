@@ -5,8 +5,8 @@ import torch
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.freeze import freeze_parameters
-from spacy_crf.optimizers import grouped_adam
+from spacy_crf.training.freeze import freeze_parameters
+from spacy_crf.training.optimizers import grouped_adam
 
 from _configs import NER_DATA, PIPELINE_CFG
 

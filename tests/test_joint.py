@@ -7,9 +7,9 @@ from spacy.tokens import Doc, DocBin
 from thinc.api import Config
 
 from spacy_crf.corpora import JointCorpus
-from spacy_crf.pipe import bmes_gold
-from spacy_crf.scorers import score_words
-from spacy_crf.util import NO_GOLD_WORDS, has_gold_words
+from spacy_crf.pipeline.crf_tagger import bmes_gold
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.doc_keys import NO_GOLD_WORDS, has_gold_words
 
 from _configs import JOINT_CONFIG
 

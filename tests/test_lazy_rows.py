@@ -11,7 +11,7 @@ from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Config
 
-from spacy_crf.optimizers import GroupedOptimizer, ParamGroupError, grouped_adam
+from spacy_crf.training.optimizers import GroupedOptimizer, ParamGroupError, grouped_adam
 
 from _configs import NER_DATA, PIPELINE_CFG
 

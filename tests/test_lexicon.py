@@ -1,4 +1,4 @@
-"""A lexicon as a decoding prior of a bmes segmenter (spacy_crf.lexicon and
+"""A lexicon as a decoding prior of a bmes segmenter (spacy_crf.pipeline.lexicon and
 CRFTagger.set_lexicon): where it matches, what it adds to the emissions,
 that it changes decoding only, and that it is saved with the pipe."""
 import pickle
@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.lexicon import MAX_WORD_LENGTH, Lexicon, read_lexicon
+from spacy_crf.pipeline.lexicon import MAX_WORD_LENGTH, Lexicon, read_lexicon
 
 from _configs import NER_DATA, WORDS, crf_model_config
 from conftest import segmentation_examples, trained_segmenter

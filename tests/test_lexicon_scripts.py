@@ -9,8 +9,8 @@ import srsly
 from spacy.tokens import DocBin
 from spacy.training import Example
 
-from spacy_crf.lexicon import Lexicon
-from spacy_crf.scorers import score_words
+from spacy_crf.pipeline.lexicon import Lexicon
+from spacy_crf.pipeline.scorers import score_words
 
 from _configs import PROBE_WORDS as WORDS
 from conftest import load_script, write_probe_inputs

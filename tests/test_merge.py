@@ -9,12 +9,7 @@ import spacy
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-from spacy_crf.merge import (  # noqa: F401 (importing the module registers the factory)
-    CHAR_OFFSETS,
-    MergeWordsError,
-    char_entities,
-    merge_words,
-)
+from spacy_crf.pipeline.merge_words import CHAR_OFFSETS, MergeWordsError, char_entities, merge_words
 
 LEXICON = ["北京大学", "北京", "大学生", "天安门", "我们", "iPhone", "New", "York", "👨\u200d👩\u200d👧"]
 

@@ -1,4 +1,4 @@
-"""spacy_crf.model: the loss has no side effects; the CRF parameters get their
+"""spacy_crf.ml.tagger_model: the loss has no side effects; the CRF parameters get their
 gradients in the CRF layer's backprop; nothing happens on import."""
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import spacy
 from spacy.training import Example
 from thinc.api import Model, chain, noop, set_dropout_rate
 
-from spacy_crf.model import CRFGradient
+from spacy_crf.ml.tagger_model import CRFGradient
 
 from _configs import NER_DATA, crf_model_config
 
@@ -70,12 +70,12 @@ def test_get_loss_writes_nothing_and_backprop_adds_the_crf_gradients():
 
 def test_importing_the_package_has_no_side_effects():
     code = ("import os, sys; calls = []; os.register_at_fork = lambda **kw: calls.append(kw)\n"
-            "import spacy_crf, spacy_crf.model\n"
-            "assert not spacy_crf.model._fork_hook_installed; before = len(calls)  # torch registers its own\n"
-            "import spacy_crf as p; assert not [m for m in ('spacy_crf.pipe', 'spacy_crf.factories') if m in sys.modules]\n"
-            "from spacy_crf.model import build_crf_tagger, CRF\n"
+            "import spacy_crf, spacy_crf.ml.tagger_model\n"
+            "assert not spacy_crf.ml.tagger_model._fork_hook_installed; before = len(calls)  # torch registers its own\n"
+            "import spacy_crf as p; assert not [m for m in ('spacy_crf.pipeline.crf_tagger', 'spacy_crf.pipeline.factories') if m in sys.modules]\n"
+            "from spacy_crf.ml.tagger_model import build_crf_tagger, CRF\n"
             "import thinc.api; build_crf_tagger(thinc.api.Linear(2, 2)); build_crf_tagger(thinc.api.Linear(2, 2))\n"
-            "assert spacy_crf.model._fork_hook_installed and len(calls) == before + 1, calls\n")
+            "assert spacy_crf.ml.tagger_model._fork_hook_installed and len(calls) == before + 1, calls\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     bare = subprocess.run([sys.executable, "-c", "import sys, spacy_crf; print(sorted(m for m in sys.modules "
@@ -84,7 +84,7 @@ def test_importing_the_package_has_no_side_effects():
 
 
 def test_decode_and_marginals_obey_per_doc_tag_masks():
-    from spacy_crf.model import decode, marginals
+    from spacy_crf.ml.tagger_model import decode, marginals
 
     pipe, examples = _ner_pipe()
     docs = [eg.predicted for eg in examples]
@@ -119,8 +119,8 @@ def pytest_approx(value):
 
 
 def test_check_weights_reports_widths_and_nonfinite_parameters():
-    from spacy_crf.checks import check_weights
-    from spacy_crf.model import is_initialized
+    from spacy_crf.pipeline.load_checks import check_weights
+    from spacy_crf.ml.tagger_model import is_initialized
 
     pipe, _ = _ner_pipe()
     assert is_initialized(pipe.model) and check_weights(pipe.model, len(pipe.tags)) == []
@@ -139,7 +139,7 @@ def test_check_weights_reports_widths_and_nonfinite_parameters():
 def test_transition_scores_before_initialize_say_so():
     import pytest
 
-    from spacy_crf.model import transition_scores
+    from spacy_crf.ml.tagger_model import transition_scores
 
     fresh = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
     with pytest.raises(ValueError, match="not initialized"):
@@ -147,7 +147,7 @@ def test_transition_scores_before_initialize_say_so():
 
 
 def _train_steps(nlp, examples, steps=3):
-    from spacy_crf.optimizers import grouped_adam
+    from spacy_crf.training.optimizers import grouped_adam
 
     optimizer = grouped_adam(0.001, crf_lr_multiplier=100.0)
     for _ in range(steps):

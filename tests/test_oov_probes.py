@@ -9,7 +9,7 @@ import srsly
 from spacy.tokens import DocBin
 from spacy.training import Example
 
-from spacy_crf.scorers import predicted_words, score_words
+from spacy_crf.pipeline.scorers import predicted_words, score_words
 
 from _configs import PROBE_WORDS as WORDS
 from conftest import load_script, write_probe_inputs

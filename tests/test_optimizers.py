@@ -3,8 +3,14 @@ import pytest
 from thinc.api import Config, chain
 from spacy.util import registry
 
-from spacy_crf.optimizers import GroupedOptimizer, ParamGroupError, build_param_groups, grouped_adam, grouped_sgd
-from spacy_crf.model import CRF, Emissions
+from spacy_crf.training.optimizers import (
+    GroupedOptimizer,
+    ParamGroupError,
+    build_param_groups,
+    grouped_adam,
+    grouped_sgd,
+)
+from spacy_crf.ml.tagger_model import CRF, Emissions
 
 
 def _model(nO=4, nI=3):

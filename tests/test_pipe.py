@@ -6,9 +6,9 @@ import spacy
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from spacy_crf.optimizers import grouped_adam
-from spacy_crf.pipe import CRFTagger, bmes_gold
-from spacy_crf.schemes import is_valid
+from spacy_crf.training.optimizers import grouped_adam
+from spacy_crf.pipeline.crf_tagger import CRFTagger, bmes_gold
+from spacy_crf.ml.schemes import is_valid
 
 from _configs import NER_DATA, SMALL_TOK2VEC, crf_model_config
 
@@ -126,7 +126,7 @@ def test_empty_whitespace_and_batch_edge_cases(ner_nlp):
 
 
 def test_batch_by_length_groups_sorted_indices_within_the_budget():
-    from spacy_crf.pipe import batch_by_length
+    from spacy_crf.pipeline.crf_tagger import batch_by_length
 
     lengths = [5, 1, 9, 1, 3, 20]
     groups = batch_by_length(lengths, max_items=10)
@@ -219,8 +219,8 @@ def test_transition_table_and_heatmap(ner_nlp, tmp_path):
 
 
 def test_validity_and_violations_by_hand():
-    from spacy_crf.schemes import transition_mask
-    from spacy_crf.transitions import TransitionTable
+    from spacy_crf.ml.schemes import transition_mask
+    from spacy_crf.ml.transitions import TransitionTable
 
     tags = ["B", "M", "E", "S"]
     allowed = transition_mask("bmes", tags)
@@ -423,7 +423,7 @@ def test_a_nonfinite_loss_raises_naming_the_component_and_the_batch():
     before = _params(pipe)
     with pytest.raises(ValueError, match=r"\[crf_ner\] the loss is (nan|inf).*4 docs starting with '我在北京工作'") as info:
         nlp.update(examples, sgd=optimizer)
-    from spacy_crf.pipe import NonFiniteError
+    from spacy_crf.pipeline.crf_tagger import NonFiniteError
     assert isinstance(info.value, NonFiniteError) and "on_nonfinite" in str(info.value)
     after = _params(pipe)
     for key in before:
@@ -451,7 +451,7 @@ def test_on_nonfinite_skip_skips_the_batch_and_writes_nothing():
 
 def test_a_nonfinite_parameter_gradient_is_caught_before_the_optimizer(monkeypatch):
     nlp, pipe, examples, optimizer = _trained_ner()
-    from spacy_crf import model as crf_model
+    from spacy_crf.ml import tagger_model as crf_model
 
     real = crf_model.crf_loss
 

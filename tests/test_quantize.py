@@ -1,4 +1,4 @@
-"""int8 dynamic quantization of the transformer encoder (spacy_crf.quantize):
+"""int8 dynamic quantization of the transformer encoder (spacy_crf.encoders.quantize):
 in memory, through to_disk / spacy.load, in a fresh process, with n_process=2,
 and for a transformer copied into a component by replace_listeners."""
 import subprocess
@@ -11,9 +11,9 @@ import torch
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.optimizers import grouped_adam
+from spacy_crf.training.optimizers import grouped_adam
 from _configs import NER_DATA, PIPELINE_CFG
-from spacy_crf.quantize import (
+from spacy_crf.encoders.quantize import (
     QUANTIZED_ARCH,
     QUANTIZED_TOK2VEC_ARCH,
     QuantizedTrainingError,

@@ -11,7 +11,7 @@ import pytest
 import srsly
 from spacy.util import load_config
 
-import spacy_crf.loggers  # noqa: F401  (the logger's entry point needs an installed checkout)
+import spacy_crf.training.loggers  # noqa: F401  (the logger's entry point needs an installed checkout)
 import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,11 +76,11 @@ def test_the_logger_and_its_old_name_are_entry_points():
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg", encoding="utf8")
     entries = dict(line.split(" = ") for line in setup["options.entry_points"]["spacy_loggers"].strip().splitlines())
-    target = "spacy_crf.loggers:timed_console_logger"
+    target = "spacy_crf.training.loggers:timed_console_logger"
     assert entries == {"spacy_crf.TimedConsoleLogger.v1": target, "crf_project.TimedConsoleLogger.v1": target}
     from spacy.util import registry
 
-    assert registry.loggers.get("crf_project.TimedConsoleLogger.v1") is spacy_crf.loggers.timed_console_logger
+    assert registry.loggers.get("crf_project.TimedConsoleLogger.v1") is spacy_crf.training.loggers.timed_console_logger
 
 
 def _tiny_corpora(tmp_path):

@@ -8,7 +8,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.schemes import is_valid
+from spacy_crf.ml.schemes import is_valid
 
 from _configs import WORDS, pipeline_config
 from conftest import trained_segmenter

@@ -9,7 +9,7 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from spacy_crf.optimizers import grouped_adam
+from spacy_crf.training.optimizers import grouped_adam
 
 TRAIN = [
     (["张三", "去", "上海", "。"], [(0, 2, "PER"), (3, 5, "LOC")]),

@@ -1,7 +1,7 @@
 import numpy
 import pytest
 
-from spacy_crf.schemes import (
+from spacy_crf.ml.schemes import (
     ORPHAN,
     UNTERMINATED,
     SchemeError,

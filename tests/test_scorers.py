@@ -8,8 +8,8 @@ from spacy.util import registry
 from thinc.api import Config
 
 from spacy_crf.corpora import read_word_set
-from spacy_crf.scorers import score_words
-from spacy_crf.util import NO_GOLD_WORDS
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.doc_keys import NO_GOLD_WORDS
 
 from _configs import JOINT_CONFIG, WORDS
 

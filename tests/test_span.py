@@ -1,4 +1,4 @@
-"""The GlobalPointer span head's maths (spacy_crf.span): scores, RoPE, the
+"""The GlobalPointer span head's maths (spacy_crf.ml.span_model): scores, RoPE, the
 multilabel categorical cross-entropy checked by enumerating cells, its
 gradient, decoding, and the projection layer's parameters."""
 import math
@@ -8,9 +8,9 @@ import pytest
 import torch
 from thinc.api import noop
 
-from spacy_crf import span
-from spacy_crf.optimizers import grouped_adam
-from spacy_crf.span import NEGATIVE, POSITIVE, UNKNOWN
+from spacy_crf.ml import span_model as span
+from spacy_crf.training.optimizers import grouped_adam
+from spacy_crf.ml.span_model import NEGATIVE, POSITIVE, UNKNOWN
 
 
 def head(n_labels=2, width=4, rope=True):

@@ -8,9 +8,9 @@ from spacy.tokens import Doc, Span
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.optimizers import grouped_adam
-from spacy_crf.span import NEGATIVE, POSITIVE, UNKNOWN
-from spacy_crf.span_pipe import gold_cells, write_greedy_entities
+from spacy_crf.training.optimizers import grouped_adam
+from spacy_crf.ml.span_model import NEGATIVE, POSITIVE, UNKNOWN
+from spacy_crf.pipeline.span_ner import gold_cells, write_greedy_entities
 
 from _configs import LISTENERS, NER_DATA, SMALL_TOK2VEC, TRAIN_CFG, pipeline_config
 
@@ -143,7 +143,7 @@ def test_empty_and_one_character_docs(trained):
 
 
 def test_a_nonfinite_loss_raises_before_the_weights_change():
-    from spacy_crf.checks import NonFiniteError
+    from spacy_crf.pipeline.load_checks import NonFiniteError
 
     nlp = span_nlp()
     examples = nested_examples(nlp)

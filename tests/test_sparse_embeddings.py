@@ -12,9 +12,9 @@ import spacy
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
-from spacy_crf.freeze import torch_shims
-from spacy_crf.optimizers import grouped_adam
-from spacy_crf.sparse_embeddings import SparseRowsShim, sparse_embeddings
+from spacy_crf.training.freeze import torch_shims
+from spacy_crf.training.optimizers import grouped_adam
+from spacy_crf.training.sparse_embeddings import SparseRowsShim, sparse_embeddings
 
 from _configs import NER_DATA, write_ner_training_files
 from conftest import hf_model, tiny_ner_pipeline

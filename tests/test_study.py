@@ -5,10 +5,10 @@ import numpy
 import pytest
 import spacy
 
-from spacy_crf.model import CRF, crf_loss, decode
-from spacy_crf.optimizers import grouped_adam
-from spacy_crf.schemes import make_tags, transition_mask
-from spacy_crf.transitions import TransitionTable
+from spacy_crf.ml.tagger_model import CRF, crf_loss, decode
+from spacy_crf.training.optimizers import grouped_adam
+from spacy_crf.ml.schemes import make_tags, transition_mask
+from spacy_crf.ml.transitions import TransitionTable
 
 from study_measures import emission_margins, mean_and_spread, record_run, transition_emission_ratio
 

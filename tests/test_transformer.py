@@ -9,7 +9,7 @@ import spacy
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.optimizers import grouped_adam
+from spacy_crf.training.optimizers import grouped_adam
 
 from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
 

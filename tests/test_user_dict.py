@@ -1,4 +1,4 @@
-"""Issue 34 item 3, user dictionaries (spacy_crf.user_dict): words and
+"""Issue 34 item 3, user dictionaries (spacy_crf.pipeline.user_dict): words and
 gazetteer entities added to trained taggers at load time, forced through the
 tag mask or as a prior; conflicts, whitespace, respect_ents, serialization
 and the settings file."""
@@ -9,7 +9,7 @@ from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import fix_random_seed
 
-from spacy_crf.user_dict import UserDictConflict, read_user_dict
+from spacy_crf.pipeline.user_dict import UserDictConflict, read_user_dict
 
 from _configs import NER_DATA, WORDS, crf_model_config
 from conftest import trained_segmenter

@@ -4,16 +4,16 @@ import os
 
 import pytest
 
-from spacy_crf.util import (
+from spacy_crf.files import (
     OutputPathError,
     atomic_dir,
     atomic_path,
-    check_number,
     check_output_dir,
     check_output_paths,
     write_json_atomic,
     write_text_atomic,
 )
+from spacy_crf.util import check_number
 
 
 def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):

@@ -30,12 +30,12 @@ Where a predicted word and an entity disagree (``--words``):
 
 ``--lexicon WORDS.txt`` gives the segmenter a lexicon (a general word list,
 ``scripts/lexicon.py``) that biases decoding towards keeping its words whole
-(:mod:`spacy_crf.lexicon`), with the weight that ``scripts/lexicon_tune.py``
+(:mod:`spacy_crf.pipeline.lexicon`), with the weight that ``scripts/lexicon_tune.py``
 chose on dev (``--lexicon-tuning metrics/lexicon.json``) or ``--lexicon-weight``.
 The words are saved in the pipeline; weight 0 ships no lexicon.
 
 ``--quantize qint8|float16`` stores the encoder's linear layers as int8 or float16
-(:func:`spacy_crf.quantize.quantize_pipeline`), for faster CPU inference.
+(:func:`spacy_crf.encoders.quantize.quantize_pipeline`), for faster CPU inference.
 """
 from pathlib import Path
 from typing import Optional, Tuple
@@ -46,11 +46,11 @@ import typer
 from spacy.language import Language
 from wasabi import msg
 
-from spacy_crf.lexicon import read_lexicon
-from spacy_crf.util import OutputPathError, atomic_dir, check_output_dir, check_output_paths
-from spacy_crf.scorers import score_words
+from spacy_crf.pipeline.lexicon import read_lexicon
+from spacy_crf.files import OutputPathError, atomic_dir, check_output_dir, check_output_paths
+from spacy_crf.pipeline.scorers import score_words
 
-# The factories of spacy_crf.pipe.CRFTagger: the general one and its variants.
+# The factories of spacy_crf.pipeline.crf_tagger.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
 WORD_POLICIES = ("split", "keep_words", "respect_ents")
 QUANTIZE = ("none", "qint8", "float16")
@@ -93,7 +93,7 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     ner_model: a separately trained NER model; its encoder is copied into its tagger.
     words: what happens where a word and an entity disagree (``WORD_POLICIES``).
     quantize: "qint8" (int8) or "float16" dynamic quantization of the encoder's
-        linear layers (:func:`spacy_crf.quantize.quantize_pipeline`); "none".
+        linear layers (:func:`spacy_crf.encoders.quantize.quantize_pipeline`); "none".
     lexicon: a word list for the segmenter's decoding (``read_lexicon``),
         used with ``lexicon_weight`` > 0.
     """
@@ -134,7 +134,7 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     policy = "keep_words" if words == "keep_words" else "split"
     nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key, "entity_policy": policy})
     if quantize != "none":
-        from spacy_crf.quantize import quantize_pipeline
+        from spacy_crf.encoders.quantize import quantize_pipeline
 
         quantize_pipeline(nlp, dtype=quantize)
     nlp.meta.update({

@@ -27,8 +27,8 @@ from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 
 from spacy_crf.corpora import CharCorpus
-from spacy_crf.schemes import position_tag
-from spacy_crf.scorers import word_offsets_from_tags  # noqa: F401 (re-exported: evaluate.py, tests)
+from spacy_crf.ml.schemes import position_tag
+from spacy_crf.pipeline.scorers import word_offsets_from_tags  # noqa: F401 (re-exported: evaluate.py, tests)
 
 
 def bmes_tags(predicted: Doc, reference: Doc) -> List[str]:

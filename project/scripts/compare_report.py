@@ -31,7 +31,7 @@ from readme_block import replace_block
 from seed_report import cell, parse_report_args
 
 from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.util import write_json_atomic, write_text_atomic
+from spacy_crf.files import write_json_atomic, write_text_atomic
 
 # (model dir, label, tasks it is scored on)
 HEADS = [

@@ -26,7 +26,7 @@ from pathlib import Path
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
 from spacy_crf.corpora.rates import file_rates
 from spacy_crf.corpora.split import CARVES, DEFAULT_BLOCK_SIZE
-from spacy_crf.util import write_json_atomic
+from spacy_crf.files import write_json_atomic
 
 # (name, task, format, train file, dev file or None (carve), test file or None)
 CORPORA = [

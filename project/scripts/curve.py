@@ -45,8 +45,8 @@ from wasabi import msg
 
 from readme_block import replace_block
 from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.loggers import times_path
-from spacy_crf.util import write_json_atomic, write_text_atomic
+from spacy_crf.training.loggers import times_path
+from spacy_crf.files import write_json_atomic, write_text_atomic
 
 app = typer.Typer(add_completion=False)
 SCRIPTS = Path(__file__).resolve().parent

@@ -30,7 +30,7 @@ from convert_corpora import CORPORA
 from spacy_crf.corpora import read_corpus
 from spacy_crf.corpora.rates import doc_mentions, doc_words, oov_rate, seen_entity_rate
 from spacy_crf.corpora.split import carve_dev, dev_size
-from spacy_crf.util import write_json_atomic
+from spacy_crf.files import write_json_atomic
 
 #: Rates of the official test sets against the whole training file, measured
 #: on the held-back files (SXU test.txt, MSRA msra_test_bio); the key is the

@@ -30,9 +30,9 @@ import spacy
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, DocBin
 
-from spacy_crf.merge import merge_words
-from spacy_crf.scorers import count_matches, predicted_words, reference_words
-from spacy_crf.util import write_json_atomic
+from spacy_crf.pipeline.merge_words import merge_words
+from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words
+from spacy_crf.files import write_json_atomic
 
 POLICIES = ("split", "keep_words", "expand")
 Entity = Tuple[int, int, str]

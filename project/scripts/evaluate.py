@@ -30,8 +30,10 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_crf.corpora import read_word_set
-from spacy_crf.scorers import score_words
-from spacy_crf.util import OutputPathError, check_number, check_output_paths, hardware, write_json_atomic
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
+from spacy_crf.util import check_number
+from spacy_crf.hardware import hardware
 from wasabi import msg
 
 from baselines import words_from_tags

@@ -23,7 +23,7 @@ from evaluate import evaluate
 from readme_block import replace_block
 from seed_report import add_report_options, read_manifest
 
-from spacy_crf.util import write_json_atomic, write_text_atomic
+from spacy_crf.files import write_json_atomic, write_text_atomic
 
 # (label, training dir); a model that was not trained is skipped. "joint" is the
 # default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are

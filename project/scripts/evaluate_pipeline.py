@@ -44,10 +44,10 @@ from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from spacy_crf.merge import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
-from spacy_crf.merge import char_entities
-from spacy_crf.scorers import count_matches, predicted_words, reference_words, score_words
-from spacy_crf.util import write_json_atomic
+from spacy_crf.pipeline.merge_words import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
+from spacy_crf.pipeline.merge_words import char_entities
+from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words, score_words
+from spacy_crf.files import write_json_atomic
 
 
 def read_docs(path: Path, vocab, limit: int) -> List[Doc]:

@@ -41,7 +41,8 @@ from evaluate import _predict, read_docbin
 from readme_block import replace_block
 from seed_report import cell, parse_report_args
 from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.util import hardware, write_json_atomic, write_text_atomic
+from spacy_crf.hardware import hardware
+from spacy_crf.files import write_json_atomic, write_text_atomic
 
 # (model dir, label)
 HEADS = [

@@ -3,14 +3,14 @@
     python scripts/lexicon.py OUT_DIR [--source jieba | --source PATH]
 
 Writes ``OUT_DIR/words.txt`` (one word of two or more characters per line,
-sorted, no whitespace inside a word: what :class:`spacy_crf.lexicon.Lexicon`
+sorted, no whitespace inside a word: what :class:`spacy_crf.pipeline.lexicon.Lexicon`
 uses) and ``OUT_DIR/meta.json`` (where the words came from: file name,
 SHA-256, package version, word counts).
 
 ``jieba`` (default) takes the dictionary that the ``jieba`` package installs
 with itself (``dict.txt``, MIT licence, about 349,000 entries); nothing is
 downloaded. A PATH is any UTF-8 word list with one word first on each line
-(:func:`spacy_crf.lexicon.read_lexicon`). The words are used as a decoding
+(:func:`spacy_crf.pipeline.lexicon.read_lexicon`). The words are used as a decoding
 prior of the segmenter (``lexicon-tune``, ``assemble``), never as training
 data, and they are not the SXU training words: SXU OOV recall still counts
 every dev word not seen in SXU training as unseen.
@@ -22,8 +22,8 @@ from pathlib import Path
 import typer
 from wasabi import msg
 
-from spacy_crf.lexicon import Lexicon, read_lexicon
-from spacy_crf.util import write_json_atomic
+from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
+from spacy_crf.files import write_json_atomic
 
 
 def jieba_dictionary() -> Path:

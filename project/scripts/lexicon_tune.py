@@ -4,7 +4,7 @@
         [--weights 0,0.5,1,1.25,1.5,2,3] [--limit N] --output metrics/lexicon.json
 
 MODEL's ``bmes`` segmenter decodes DEV (word-tokenized docs) once per
-weight, with the lexicon's prior (:mod:`spacy_crf.lexicon`) scaled by it;
+weight, with the lexicon's prior (:mod:`spacy_crf.pipeline.lexicon`) scaled by it;
 weight 0 is the model alone. Each weight is scored as ``score_words`` scores
 the model: word P/R/F, and OOV and IV recall against the training words
 (``--words``). The chosen weight has the highest word F (the smaller one on
@@ -24,10 +24,10 @@ from spacy.training import Example
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from spacy_crf import model as crf_model
-from spacy_crf.lexicon import Lexicon, read_lexicon
-from spacy_crf.scorers import predicted_words, score_words
-from spacy_crf.util import write_json_atomic
+from spacy_crf.ml import tagger_model as crf_model
+from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
+from spacy_crf.pipeline.scorers import predicted_words, score_words
+from spacy_crf.files import write_json_atomic
 
 from oov_probes import find_segmenter, load_inputs, with_words
 

@@ -38,11 +38,11 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import minibatch
 
-from spacy_crf import model as crf_model
+from spacy_crf.ml import tagger_model as crf_model
 from spacy_crf.corpora import read_word_set
-from spacy_crf.pipe import CRFTagger
-from spacy_crf.scorers import predicted_words, reference_words, score_words
-from spacy_crf.util import write_json_atomic
+from spacy_crf.pipeline.crf_tagger import CRFTagger
+from spacy_crf.pipeline.scorers import predicted_words, reference_words, score_words
+from spacy_crf.files import write_json_atomic
 
 Offsets = Tuple[int, int]
 Entity = Tuple[int, int, str]

@@ -3,7 +3,7 @@ import re
 import sys
 from pathlib import Path
 
-from spacy_crf.util import write_text_atomic
+from spacy_crf.files import write_text_atomic
 
 
 def replace_block(readme: Path, name: str, table: str) -> None:

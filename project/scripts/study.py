@@ -28,8 +28,8 @@ from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_crf.corpora import read_word_set
-from spacy_crf.scorers import score_words
-from spacy_crf.util import hardware
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.hardware import hardware
 
 from study_measures import record_run
 from study_report import load_records, write_report

@@ -2,7 +2,7 @@
 
 For one trained ``crf_tagger`` this module records what the study compares:
 the dev score, the learned transitions (with start/end), their validity
-(see :mod:`spacy_crf.transitions`), and how large the transitions are next
+(see :mod:`spacy_crf.ml.transitions`), and how large the transitions are next
 to the emissions: ``mean |transition| / mean emission margin``, where a
 token's emission margin is its top-1 minus top-2 emission score. A ratio far
 below 1 means the transitions can almost never overturn a per-token decision,
@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import numpy
 from thinc.types import Floats2d
 
-from spacy_crf.transitions import TransitionTable
+from spacy_crf.ml.transitions import TransitionTable
 
 
 def emission_margins(scores: Sequence[Floats2d]) -> numpy.ndarray:

@@ -12,9 +12,9 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import srsly
 
-from spacy_crf.schemes import transition_mask
+from spacy_crf.ml.schemes import transition_mask
 from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.transitions import TransitionTable
+from spacy_crf.ml.transitions import TransitionTable
 
 from study_measures import mean_and_spread
 

@@ -61,7 +61,8 @@ from typing import Any, Dict, List, Optional
 import srsly
 
 from fetch_assets import md5
-from spacy_crf.util import hardware, write_json_atomic
+from spacy_crf.hardware import hardware
+from spacy_crf.files import write_json_atomic
 
 LOG_PATH_OPTION = "--paths.train_log"
 LOG_OPTION = "--training.logger.output_file"

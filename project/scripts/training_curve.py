@@ -25,8 +25,8 @@ from wasabi import msg
 
 from readme_block import replace_block
 from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.loggers import times_path
-from spacy_crf.util import write_json_atomic, write_text_atomic
+from spacy_crf.training.loggers import times_path
+from spacy_crf.files import write_json_atomic, write_text_atomic
 
 #: the issue's dev targets, in percent
 TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}

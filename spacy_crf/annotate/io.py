@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from ..util import PathLike
+from ..files import PathLike
 
 INPUT_SUFFIXES = {
     ".txt": "txt",

@@ -30,7 +30,7 @@ from .io import (
     make_writer,
     output_path,
 )
-from ..util import write_bytes_atomic, write_text_atomic
+from ..files import write_bytes_atomic, write_text_atomic
 from .records import make_record
 from .state import (
     check_errors_file,

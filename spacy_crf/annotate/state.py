@@ -27,7 +27,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..util import OutputPathError, PathLike, check_number, check_output_paths
+from ..files import OutputPathError, PathLike, check_output_paths
+from ..util import check_number
 from .io import STATE_DIR, AnnotateError, file_identity
 
 

@@ -97,7 +97,7 @@ def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batc
     (:class:`SpeedError`); a pipeline that cannot be loaded raises ``OSError``."""
     import spacy
 
-    from ..util import hardware
+    from ..hardware import hardware
 
     check_speed_options(limit=limit, batch_sizes=batch_sizes, n_process=n_process, repeats=repeats)
     texts = load_texts(data, limit)
@@ -167,7 +167,7 @@ def speed_cli(
       spacy crf speed pipeline corpus/sxu/dev.spacy corpus/msra/dev.spacy
       spacy crf speed zh_crf_pipeline dev.spacy --limit 1000 --batch-sizes 32,128 --n-process 1,2 --output speed.json
     """
-    from ..util import OutputPathError, check_output_paths, write_json_atomic
+    from ..files import OutputPathError, check_output_paths, write_json_atomic
 
     sizes, processes = _ints(batch_sizes, "--batch-sizes"), _ints(n_process, "--n-process")
     check_option("--repeats", repeats, minimum=1)

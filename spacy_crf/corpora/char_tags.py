@@ -1,7 +1,7 @@
 """Character-per-line NER files: ``bio`` (MSRA), ``bmes`` (Resume) and
 ``weibo`` (Weibo NER, a position digit after each character).
 
-The tags are decoded by :func:`spacy_crf.schemes.tags_to_spans` (``bio``, or
+The tags are decoded by :func:`spacy_crf.ml.schemes.tags_to_spans` (``bio``, or
 ``bioes`` for the BMES entity tags), whose repairs of ill-formed sequences
 are reported here as :class:`~spacy_crf.corpora.base.CorpusWarning`.
 """
@@ -13,7 +13,7 @@ from spacy.lang.zh import ChineseTokenizer
 from spacy.tokens import Doc
 from spacy.vocab import Vocab
 
-from ..schemes import ORPHAN, tags_to_spans
+from ..ml.schemes import ORPHAN, tags_to_spans
 from .base import CorpusFormatError, PathLike, _entity_spans, _iter_lines, _tag_source, _warn, char_tokenizer
 
 _BIO_TAG = re.compile(r"(O|[BI]-\S+)\Z")
@@ -77,7 +77,7 @@ def _read_char_sentences(
 
 def _entities(fields: List[Field], scheme: str, path: PathLike, stats: Counter) -> List[Tuple[int, int, str]]:
     """Entities as (first field, end field, label), decoded conlleval-style by
-    :func:`~spacy_crf.schemes.tags_to_spans`: a continuation tag (``I-X``,
+    :func:`~spacy_crf.ml.schemes.tags_to_spans`: a continuation tag (``I-X``,
     ``M-X``, ``E-X``) that does not continue an ``X`` entity starts a new
     one, and a BMES entity not closed by ``E-X`` ends at its last ``B``/``M``
     token. Both repairs are kept and warned about."""

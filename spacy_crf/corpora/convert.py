@@ -10,7 +10,8 @@ from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 from wasabi import msg
 
-from ..util import atomic_path, check_number, check_output_paths
+from ..files import atomic_path, check_output_paths
+from ..util import check_number
 from .base import CorpusFormatError, CorpusWarning, PathLike
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import read_cluener

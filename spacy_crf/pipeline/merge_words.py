@@ -63,8 +63,8 @@ from spacy.attrs import (
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-from ._compat import copy_doc_private_fields
-from .util import DEFAULT_SPANS_KEY  # the segmenter's default span group
+from .._compat import copy_doc_private_fields
+from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")

@@ -37,7 +37,7 @@ from spacy.util import registry
 from thinc.api import Optimizer, torch2xp
 from thinc.shims import PyTorchShim
 
-from ._compat import mix_in, scales_gradients, torch_module
+from .._compat import mix_in, scales_gradients, torch_module
 from .freeze import matching_parameters
 
 

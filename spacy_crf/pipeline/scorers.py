@@ -15,9 +15,9 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import registry
 
-from .corpora.sighan import read_word_set
-from .schemes import BMES_TAGS, tags_to_spans
-from .util import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
+from ..corpora.sighan import read_word_set
+from ..ml.schemes import BMES_TAGS, tags_to_spans
+from ..doc_keys import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
 
 def predicted_words(doc: Doc, spans_key: Optional[str] = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
@@ -95,7 +95,7 @@ def word_offsets_from_tags(tags: Sequence[str], doc: Doc) -> List[Tuple[int, int
     """Token ranges ``(start, end)`` of the words encoded by BMES ``tags``
     (one per token of ``doc``, e.g. a softmax tagger's ``tag_``).
 
-    Greedy, tolerant decoding (:func:`spacy_crf.schemes.tags_to_spans`): a
+    Greedy, tolerant decoding (:func:`spacy_crf.ml.schemes.tags_to_spans`): a
     word starts at ``B``/``S`` and after ``E``/``S``, and ends after ``E``/``S``;
     a whitespace token is a word of its own. Unknown tags count as ``S``."""
     seq = [None if token.is_space else tag if tag in BMES_TAGS else "S" for tag, token in zip(tags, doc)]

@@ -1,4 +1,4 @@
-"""The factories of the CRF tagger: one class (:class:`~spacy_crf.pipe.CRFTagger`),
+"""The factories of the CRF tagger: one class (:class:`~spacy_crf.pipeline.crf_tagger.CRFTagger`),
 three factories, as spaCy gives ``ner``/``beam_ner`` their own factory.
 
 * ``crf_tagger``: the general factory, any ``scheme``; declares the union of
@@ -14,7 +14,7 @@ their default score weights, so a config that uses them needs no
 ``[training.score_weights]`` block. A pipeline saved with
 ``factory = "crf_tagger"`` loads as before.
 
-``span_ner`` (:class:`~spacy_crf.span_pipe.SpanNER`) is the span
+``span_ner`` (:class:`~spacy_crf.pipeline.span_ner.SpanNER`) is the span
 (GlobalPointer) head: nested spans to ``doc.spans[spans_key]``, the best
 non-overlapping ones to ``doc.ents``; weights ``ents_f``.
 """
@@ -26,11 +26,11 @@ from thinc.types import Floats2d
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from .pipe import CRFTagger
+from .crf_tagger import CRFTagger
 from .user_dict import add_from_file
-from .span_pipe import DEFAULT_SPAN_KEY, SpanNER
-from .schemes import SchemeError, check_scheme
-from .util import DEFAULT_SPANS_KEY
+from .span_ner import DEFAULT_SPAN_KEY, SpanNER
+from ..ml.schemes import SchemeError, check_scheme
+from ..doc_keys import DEFAULT_SPANS_KEY
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -119,7 +119,7 @@ def make_crf_tagger(
         ``nlp.config["components"][NAME]["respect_ents"]`` and
         ``nlp.get_pipe(NAME).cfg["respect_ents"]`` before saving.
     user_dict: a user dictionary file read each time the pipe is created
-        (:func:`spacy_crf.user_dict.read_user_dict`: ``WORD [force|prior
+        (:func:`spacy_crf.pipeline.user_dict.read_user_dict`: ``WORD [force|prior
         [WEIGHT]]`` lines for "bmes", ``TEXT LABEL [force|prior [WEIGHT]]``
         for "bio"/"bioes"), e.g. ``spacy.load(path, config={"components":
         {NAME: {"user_dict": "words.txt"}}})``. A relative path is relative
@@ -128,7 +128,7 @@ def make_crf_tagger(
         are). Default null: none.
 
     Entities already on a doc are kept by schemes "bio"/"bioes" and the
-    remaining tokens are decoded around them (see :mod:`spacy_crf.forced`).
+    remaining tokens are decoded around them (see :mod:`spacy_crf.pipeline.forced_tags`).
     """
     try:
         check_scheme(scheme)

@@ -14,7 +14,7 @@ callback gives every torch shim of the pipeline that CPU autocast:
 - ``predict`` stays float32, so the dev scores seen in training are those of
   the saved model;
 - nothing is saved: the trained pipeline loads and runs in float32 (or as
-  ``spacy_crf.quantize`` makes it).
+  ``spacy_crf.encoders.quantize`` makes it).
 
 In a training config::
 
@@ -33,7 +33,7 @@ from spacy.language import Language
 from spacy.util import registry
 from thinc.api import ArgsKwargs, get_current_ops
 
-from ._compat import mix_in, torch_shims, uses_mixed_precision
+from .._compat import mix_in, torch_shims, uses_mixed_precision
 
 DTYPES: Dict[str, torch.dtype] = {"bfloat16": torch.bfloat16}
 

@@ -14,8 +14,8 @@ from spacy import util
 from thinc.api import Model, get_array_module
 
 from .lexicon import Lexicon
-from .model import END, START, TRANSITIONS
-from .schemes import SchemeError
+from ..ml.tagger_model import END, START, TRANSITIONS
+from ..ml.schemes import SchemeError
 
 
 class NonFiniteError(ValueError):

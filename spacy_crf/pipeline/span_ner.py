@@ -1,7 +1,7 @@
 """The span (pointer) NER component (:class:`SpanNER`, factory ``span_ner``).
 
 It scores every span of a doc for every label with the GlobalPointer head
-of :mod:`spacy_crf.span` and writes:
+of :mod:`spacy_crf.ml.span_model` and writes:
 
 * ``doc.spans[spans_key]``: every span scoring above ``threshold``, nested
   and overlapping ones included, highest score first, with the scores in
@@ -35,10 +35,10 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import registry
 from spacy.vocab import Vocab
 
-from .guarded import GuardedUpdate, check_on_nonfinite
-from . import span as span_model
-from .forced import preset_entity_tokens
-from .span import NEGATIVE, POSITIVE, UNKNOWN, Prediction
+from .guarded_update import GuardedUpdate, check_on_nonfinite
+from ..ml import span_model
+from .forced_tags import preset_entity_tokens
+from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
 
 DEFAULT_SPAN_KEY = "sc"
 

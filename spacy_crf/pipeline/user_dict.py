@@ -4,20 +4,20 @@ load time, without retraining.
 A ``bmes`` segmenter takes user *words* (:meth:`CRFTagger.add_user_words`),
 a ``bio``/``bioes`` entity tagger user *entities* with a label, a gazetteer
 (:meth:`CRFTagger.add_user_entities`). Each entry has a mode (decoding with
-them is :mod:`spacy_crf.user_dict_decoding`):
+them is :mod:`spacy_crf.pipeline.user_dict_decoding`):
 
 * ``"force"`` (the default): a hard constraint on decoding, through the tag
-  mask the tagger already decodes around (:mod:`spacy_crf.forced`). Every
+  mask the tagger already decodes around (:mod:`spacy_crf.pipeline.forced_tags`). Every
   occurrence of a forced word in a doc is decoded as exactly one word (``B``
   ``M``... ``E``): it is never split, and never joined to its neighbours.
   Every occurrence of a forced entity is decoded as that entity.
-* ``"prior"``: a soft bias, as the segmenter's lexicon (:mod:`spacy_crf.lexicon`):
+* ``"prior"``: a soft bias, as the segmenter's lexicon (:mod:`spacy_crf.pipeline.lexicon`):
   each occurrence adds ``weight`` to the emission scores of its tags (``B``
   ``M``... ``E`` for a word; ``B-X`` ``I-X``... ``E-X`` / ``S-X`` for an
   entity of label ``X``), on top of the lexicon's prior; the CRF still
   decides.
 
-Occurrences are found by :class:`~spacy_crf.lexicon.Lexicon` (whole tokens,
+Occurrences are found by :class:`~spacy_crf.pipeline.lexicon.Lexicon` (whole tokens,
 never across whitespace); an entity of one token is found by its token's
 text. Forced occurrences are resolved per doc, deterministically:
 

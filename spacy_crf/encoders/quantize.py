@@ -1,6 +1,6 @@
 """Dynamic quantization of a pipeline's transformer encoder, for CPU inference.
 
-    from spacy_crf.quantize import quantize_pipeline
+    from spacy_crf.encoders.quantize import quantize_pipeline
     nlp = quantize_pipeline(spacy.load("pipeline"))   # dtype="qint8"
     nlp.to_disk("pipeline-int8")                      # spacy.load() gives the same
                                                       # predictions, int8 again
@@ -61,7 +61,7 @@ from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model, get_torch_default_device
 from transformers import AutoModel
 
-from ._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
+from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
 
 QUANTIZED_ARCH = "spacy_crf.QuantizedTransformerModel.v1"
 QUANTIZED_TOK2VEC_ARCH = "spacy_crf.QuantizedTok2VecTransformer.v1"
@@ -171,7 +171,7 @@ class QuantizedHFShim(HFShim):
     def begin_update(self, inputs):
         raise QuantizedTrainingError(
             f"This transformer is dynamically quantized ({self.dtype}) and inference-only: it cannot be "
-            "trained. Train the float pipeline and quantize it afterwards (spacy_crf.quantize.quantize_pipeline); "
+            "trained. Train the float pipeline and quantize it afterwards (spacy_crf.encoders.quantize.quantize_pipeline); "
             "to train other components on top of it, freeze it ([training] frozen_components and "
             "annotating_components)."
         )

@@ -27,12 +27,12 @@ cross-entropy it is not swamped by the ~n²/2 negative cells of a doc. Cells
 whose gold is unknown (misaligned or missing annotation) are in neither set.
 The losses are summed over docs and labels.
 
-As with the CRF (:mod:`spacy_crf.model`), the thinc model ends with the
+As with the CRF (:mod:`spacy_crf.ml.tagger_model`), the thinc model ends with the
 projection (docs -> ``[n, 2 * n_labels * width]`` per doc: all start vectors,
 then all end vectors) and the pipe computes the loss with :func:`span_loss`,
 which returns the gradient of those projections. The parameters are named
 ``span_start_W``, ``span_start_b``, ``span_end_W``, ``span_end_b`` so that
-:mod:`spacy_crf.optimizers` can give them a learning-rate group (``span_*``).
+:mod:`spacy_crf.training.optimizers` can give them a learning-rate group (``span_*``).
 """
 import math
 from typing import List, Optional, Sequence, Tuple

@@ -25,7 +25,7 @@ from spacy.language import Language
 from spacy.util import registry
 from thinc.shims import Shim
 
-from ._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
+from .._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
 
 
 def matching_parameters(

@@ -15,7 +15,7 @@ the gradient would drop the CRF's part, so it fails instead (the CRF layer's
 backprop takes nothing else).
 
 Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
-so that :mod:`spacy_crf.optimizers` can put them in learning-rate groups.
+so that :mod:`spacy_crf.training.optimizers` can put them in learning-rate groups.
 """
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -179,7 +179,7 @@ def _crf_forward(model: Model, X: List[Floats2d], is_train: bool):
         if not isinstance(dY, CRFGradient):
             raise TypeError(
                 f"The CRF layer's backprop got a {type(dY).__name__}, not the CRFGradient that "
-                "spacy_crf.model.crf_loss returns: a layer between the CRF and the loss rebuilt the "
+                "spacy_crf.ml.tagger_model.crf_loss returns: a layer between the CRF and the loss rebuilt the "
                 "gradient, which would lose the gradients of the transitions."
             )
         for name, grad in dY.d_params.items():
@@ -306,7 +306,7 @@ def _inference(
     softmax_fn,
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
 ) -> List:
-    """Run ``crf_fn`` (a CRF inference function of :mod:`spacy_crf.crf`) or,
+    """Run ``crf_fn`` (a CRF inference function of :mod:`spacy_crf.ml.crf`) or,
     for the softmax head, ``softmax_fn`` over the padded emissions; unpad.
     ``tag_masks`` restricts each doc's tags per position (forced tags)."""
     if not scores:

@@ -145,7 +145,7 @@ def check_weight(name: str, weight) -> float:
 
 
 def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
-    """:meth:`spacy_crf.pipe.CRFTagger.set_lexicon`."""
+    """:meth:`spacy_crf.pipeline.crf_tagger.CRFTagger.set_lexicon`."""
     if pipe.scheme != "bmes":
         raise ValueError(f"[{pipe.name}] a lexicon applies to scheme 'bmes' (word segmentation), "
                          f"not {pipe.scheme!r}.")

@@ -14,8 +14,8 @@ import numpy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from .schemes import from_biluo, make_tags, position_tag
-from .util import has_gold_words, quote_text
+from ..ml.schemes import from_biluo, make_tags, position_tag
+from ..doc_keys import has_gold_words, quote_text
 
 UNKNOWN = -1
 
@@ -72,7 +72,7 @@ def bmes_gold(eg: Example, index: Optional[Dict[str, int]] = None) -> numpy.ndar
 
     A predicted token gets a tag when spaCy's alignment (``eg.alignment``)
     maps it into exactly one reference word; its position inside that word
-    gives B, M, E or S (:func:`~spacy_crf.schemes.position_tag`). Positions
+    gives B, M, E or S (:func:`~spacy_crf.ml.schemes.position_tag`). Positions
     are counted in non-whitespace characters, which is how the alignment
     matches the two texts (they may differ in whitespace): a predicted doc
     ``"张三 去上海"`` against the words ``张三|去|上海`` gives ``B E S B E``.

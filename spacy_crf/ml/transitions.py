@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy
 
-from .plots import pyplot, save_figure
+from ..plots import pyplot, save_figure
 from .schemes import TransitionMask
 
 START_ROW, END_COL = "<start>", "<end>"

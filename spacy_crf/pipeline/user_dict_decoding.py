@@ -1,4 +1,4 @@
-"""Decoding with a user dictionary (:mod:`spacy_crf.user_dict`): where its
+"""Decoding with a user dictionary (:mod:`spacy_crf.pipeline.user_dict`): where its
 entries occur in a doc, the prior they add to the emission scores
 (:func:`add_prior`) and the tags their forced occurrences allow
 (:func:`constrain`), resolved as that module's docstring says."""
@@ -7,11 +7,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy
 from spacy.tokens import Doc
 
-from .forced import preset_entity_tokens
+from .forced_tags import preset_entity_tokens
 from .lexicon import Lexicon
-from .schemes import position_tag
+from ..ml.schemes import position_tag
 from .user_dict import MODES, UserDict, UserDictConflict, UserEntry, _check_label
-from .util import doc_source
+from ..doc_keys import doc_source
 
 
 class _Matchers(NamedTuple):

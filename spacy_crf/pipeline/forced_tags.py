@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 import numpy
 from spacy.tokens import Doc, Span
 
-from .schemes import OUTSIDE, position_tag, tags_to_spans
+from ..ml.schemes import OUTSIDE, position_tag, tags_to_spans
 
 
 def preset_entity_tokens(doc: Doc) -> numpy.ndarray:

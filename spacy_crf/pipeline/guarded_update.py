@@ -3,7 +3,7 @@
 A pipe mixes in :class:`GuardedUpdate` before ``TrainablePipe``; its
 ``get_loss(examples, outputs)`` returns ``(loss, d_outputs)`` and its
 ``cfg["on_nonfinite"]`` says what happens when the loss, ``d_outputs`` or a
-gradient is not finite: ``"raise"`` a :class:`~spacy_crf.checks.NonFiniteError`
+gradient is not finite: ``"raise"`` a :class:`~spacy_crf.pipeline.load_checks.NonFiniteError`
 naming the component and the batch, or ``"skip"`` the batch with a warning.
 Either way nothing reaches the weights: the check runs before the
 backward pass is passed upstream (a shared encoder would otherwise receive
@@ -15,8 +15,8 @@ from typing import Dict, Iterable, List, Optional
 from thinc.api import set_dropout_rate
 from spacy.training import Example, validate_examples
 
-from . import checks
-from .util import quote_text
+from . import load_checks as checks
+from ..doc_keys import quote_text
 
 #: values of the ``on_nonfinite`` setting
 ON_NONFINITE = ("raise", "skip")
