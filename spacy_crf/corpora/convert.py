@@ -146,37 +146,12 @@ def convert_corpus(
                           block_size=block_size)
     check_output_paths([input_path], [output_path, dev_output])
     is_cws = fmt == "sighan"
-    vocab = Vocab()
-    reader_stats: Counter = Counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CorpusWarning)
-        docs = list(read_corpus(fmt, input_path, vocab, stats=reader_stats))
-    corpus_warnings = [w for w in caught if issubclass(w.category, CorpusWarning)]
-    for w in caught:
-        if not issubclass(w.category, CorpusWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-
-    if not docs:
-        raise CorpusFormatError(input_path, None, "no documents: the file is empty or has only blank lines")
-
     stats: Dict[str, object] = {"format": fmt, "input": str(input_path)}
-    msg.divider(f"{fmt}: {input_path}")
-    stats["read"] = corpus_counts(docs, is_cws)
-    _print_counts("read", stats["read"])  # type: ignore[arg-type]
-    stats["reader"] = dict(sorted(reader_stats.items()))
-    if reader_stats:
-        msg.table(stats["reader"], header=("reader count", "n"), divider=True)  # type: ignore[arg-type]
-    stats["warnings"] = len(corpus_warnings)
-    for w in corpus_warnings[:max_warnings]:
-        msg.warn(str(w.message))
-    if len(corpus_warnings) > max_warnings:
-        msg.warn(f"... and {len(corpus_warnings) - max_warnings} more warnings")
-
+    docs = _read(fmt, input_path, stats, max_warnings)
     if limit is not None:
         docs = docs[:limit]
         stats["kept"] = corpus_counts(docs, is_cws)
         _print_counts(f"kept (limit {limit})", stats["kept"])  # type: ignore[arg-type]
-
     parts: List[Tuple[str, List[Doc], PathLike]]
     if dev_output is not None:
         train, dev = carve_dev(docs, dev_ratio, seed, carve=carve, block_size=block_size)
@@ -194,21 +169,59 @@ def convert_corpus(
         _print_rates(stats["dev_rates"])  # type: ignore[arg-type]
     else:
         parts = [("output", docs, output_path)]
+    how = (f"dev ratio {dev_ratio}, seed {seed}, " + (f"blocks of {block_size}" if carve == "blocks" else "lines")
+           if dev_output is not None else None)
     # split every part before writing any, so that a SplitError leaves no output behind
-    prepared = []
-    for name, part, path in parts:
-        before = corpus_counts(part, is_cws)
-        if dev_output is not None:
-            how = f"blocks of {block_size}" if carve == "blocks" else "lines"
-            _print_counts(f"{name} (dev ratio {dev_ratio}, seed {seed}, {how})", before)
-        cuts: Counter = Counter()
-        pieces = _split_all(part, max_chars, cuts)
-        written = corpus_counts(pieces, is_cws)
-        for key in ("chars", "words", "entities"):
-            if before.get(key) != written.get(key):  # pragma: no cover - guarded by split_long
-                raise RuntimeError(f"splitting changed the {key} count: {before.get(key)} -> {written.get(key)}")
-        n_split = sum(1 for doc in part if len(doc.text) > max_chars > 0)
-        prepared.append((name, pieces, Path(path), before, cuts, written, n_split))
+    prepared = [_split_part(name, part, path, max_chars, is_cws, how) for name, part, path in parts]
+    stats["outputs"] = _write(prepared, max_chars)
+    return stats
+
+
+def _read(fmt: str, input_path: PathLike, stats: Dict[str, object], max_warnings: int) -> List[Doc]:
+    """Every doc of the corpus; the counts, the reader's repairs and its
+    warnings (the first ``max_warnings`` printed) go to ``stats``."""
+    reader_stats: Counter = Counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CorpusWarning)
+        docs = list(read_corpus(fmt, input_path, Vocab(), stats=reader_stats))
+    corpus_warnings = [w for w in caught if issubclass(w.category, CorpusWarning)]
+    for w in caught:
+        if not issubclass(w.category, CorpusWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not docs:
+        raise CorpusFormatError(input_path, None, "no documents: the file is empty or has only blank lines")
+    msg.divider(f"{fmt}: {input_path}")
+    stats["read"] = corpus_counts(docs, fmt == "sighan")
+    _print_counts("read", stats["read"])  # type: ignore[arg-type]
+    stats["reader"] = dict(sorted(reader_stats.items()))
+    if reader_stats:
+        msg.table(stats["reader"], header=("reader count", "n"), divider=True)  # type: ignore[arg-type]
+    stats["warnings"] = len(corpus_warnings)
+    for w in corpus_warnings[:max_warnings]:
+        msg.warn(str(w.message))
+    if len(corpus_warnings) > max_warnings:
+        msg.warn(f"... and {len(corpus_warnings) - max_warnings} more warnings")
+    return docs
+
+
+def _split_part(name: str, part: List[Doc], path: PathLike, max_chars: int, is_cws: bool, how: Optional[str]):
+    """``part`` split into docs of at most ``max_chars`` characters, with the
+    counts before and after (checked to keep every character, word and entity)."""
+    before = corpus_counts(part, is_cws)
+    if how is not None:
+        _print_counts(f"{name} ({how})", before)
+    cuts: Counter = Counter()
+    pieces = _split_all(part, max_chars, cuts)
+    written = corpus_counts(pieces, is_cws)
+    for key in ("chars", "words", "entities"):
+        if before.get(key) != written.get(key):  # pragma: no cover - guarded by split_long
+            raise RuntimeError(f"splitting changed the {key} count: {before.get(key)} -> {written.get(key)}")
+    n_split = sum(1 for doc in part if len(doc.text) > max_chars > 0)
+    return name, pieces, Path(path), before, cuts, written, n_split
+
+
+def _write(prepared, max_chars: int) -> Dict[str, object]:
+    """Write every prepared part, each renamed into place only once all are written."""
     outputs: Dict[str, object] = {}
     with ExitStack() as stack:  # every output is renamed into place only once all are written
         for name, pieces, out, *_ in prepared:
@@ -227,5 +240,4 @@ def convert_corpus(
             f"{cuts['clause']} clause marks, {cuts['token']} other token boundaries and "
             f"{cuts['hard']} cuts inside runs of digits/Latin letters"
         )
-    stats["outputs"] = outputs
-    return stats
+    return outputs

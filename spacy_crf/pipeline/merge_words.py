@@ -191,48 +191,15 @@ def merge_words(
     overlapping word spans.
     """
     _check_config(spans_key, entity_policy, unaligned_ents_key, component)
-    if spans_key not in doc.spans:
-        raise MergeWordsError(
-            f"[{component}] doc.spans[{spans_key!r}] is missing; the component needs the predicted "
-            f"words there. Put it after the word segmenter (crf_tagger with scheme 'bmes') and give "
-            f"both the same spans_key (have: {sorted(doc.spans.keys())})"
-        )
     keep_words = entity_policy == "keep_words"
-    if keep_words and unaligned_ents_key in doc.spans:
-        raise MergeWordsError(
-            f"[{component}] doc.spans[{unaligned_ents_key!r}] already exists; under entity_policy "
-            f"'keep_words' the component writes that group. Choose another unaligned_ents_key"
-        )
+    _check_doc(doc, spans_key, keep_words, unaligned_ents_key, component)
     n = len(doc)
     # Every span group as rows (start, end, label, kb_id, id), words included.
     groups = [(key, group.name, dict(group.attrs), _span_rows(group)) for key, group in doc.spans.items()]
     bounds = {key: rows[:, :2].astype(numpy.int64) for key, _, _, rows in groups}
-    words = bounds[spans_key]
-    words = words[words[:, 1] > words[:, 0]]  # an empty word covers nothing
-    order = numpy.argsort(words[:, 0], kind="stable")
-    starts_sorted, ends_sorted = words[order, 0], words[order, 1]
-    if len(words) > 1 and (starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1]).any():
-        _raise_overlap(doc, spans_key, component)
     ents = list(doc.ents)
     ent_bounds = numpy.array([(e.start, e.end) for e in ents], dtype=numpy.int64).reshape((len(ents), 2))
-    # cut[i]: a token starts at character token i (cut[n]: the end of the doc).
-    cut = numpy.zeros(n + 1, dtype=bool)
-    cut[0] = cut[n] = True
-    if not keep_words:
-        cut[ent_bounds.ravel()] = True
-    for key, group_bounds in bounds.items():
-        if key != spans_key:
-            cut[group_bounds.ravel()] = True
-    if n:
-        # inner[i]: token i continues the word of token i - 1.
-        steps = numpy.zeros(n + 1, dtype=numpy.int64)
-        numpy.add.at(steps, starts_sorted + 1, 1)
-        numpy.add.at(steps, ends_sorted, -1)
-        inner = numpy.cumsum(steps[:n]) > 0
-        layout = doc.to_array([SPACY, IS_SPACE]).astype(bool)
-        space_before = numpy.zeros(n, dtype=bool)
-        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]
-        cut[:n] |= ~inner | space_before | layout[:, 1]
+    cut = _token_starts(doc, spans_key, bounds, ent_bounds, keep_words, component)
     starts = numpy.flatnonzero(cut)  # first character token of each new token, then n
     n_new = len(starts) - 1
     aligned = cut[ent_bounds[:, 0]] & cut[ent_bounds[:, 1]]
@@ -261,16 +228,7 @@ def merge_words(
     else:
         merged = _merge_into_new_doc(doc, starts)
     merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))
-    for key, name, attrs, rows in groups:
-        group = SpanGroup(merged, name=name, attrs=attrs)
-        # (appended one by one: a list of 100k Span objects would set off
-        # full garbage collections, which cost as much as the rest)
-        append = group.append
-        for s, e, label, kb_id, span_id in zip(
-            new_index[bounds[key][:, 0]].tolist(), new_index[bounds[key][:, 1]].tolist(), *rows[:, 2:].T.tolist()
-        ):
-            append(Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id))
-        merged.spans[key] = group
+    _copy_span_groups(merged, groups, bounds, new_index)
     if keep_words:
         merged.spans[unaligned_ents_key] = SpanGroup(
             merged,
@@ -284,6 +242,66 @@ def merge_words(
     if [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in merged.ents] != ents_before:
         raise RuntimeError(f"[{component}] merging words changed the entities of {doc.text[:30]!r}")  # pragma: no cover
     return merged
+
+
+def _check_doc(doc: Doc, spans_key: str, keep_words: bool, unaligned_ents_key: str, component: str) -> None:
+    if spans_key not in doc.spans:
+        raise MergeWordsError(
+            f"[{component}] doc.spans[{spans_key!r}] is missing; the component needs the predicted "
+            f"words there. Put it after the word segmenter (crf_tagger with scheme 'bmes') and give "
+            f"both the same spans_key (have: {sorted(doc.spans.keys())})"
+        )
+    if keep_words and unaligned_ents_key in doc.spans:
+        raise MergeWordsError(
+            f"[{component}] doc.spans[{unaligned_ents_key!r}] already exists; under entity_policy "
+            f"'keep_words' the component writes that group. Choose another unaligned_ents_key"
+        )
+
+
+def _token_starts(doc: Doc, spans_key: str, bounds, ent_bounds: numpy.ndarray, keep_words: bool,
+                  component: str) -> numpy.ndarray:
+    """``cut[i]``: a merged token starts at character token ``i`` (``cut[n]``:
+    the end of the doc). A word is one token unless a space, an entity edge
+    (except under ``keep_words``) or another span group's edge cuts it."""
+    n = len(doc)
+    words = bounds[spans_key]
+    words = words[words[:, 1] > words[:, 0]]  # an empty word covers nothing
+    order = numpy.argsort(words[:, 0], kind="stable")
+    starts_sorted, ends_sorted = words[order, 0], words[order, 1]
+    if len(words) > 1 and (starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1]).any():
+        _raise_overlap(doc, spans_key, component)
+    cut = numpy.zeros(n + 1, dtype=bool)
+    cut[0] = cut[n] = True
+    if not keep_words:
+        cut[ent_bounds.ravel()] = True
+    for key, group_bounds in bounds.items():
+        if key != spans_key:
+            cut[group_bounds.ravel()] = True
+    if n:
+        # inner[i]: token i continues the word of token i - 1.
+        steps = numpy.zeros(n + 1, dtype=numpy.int64)
+        numpy.add.at(steps, starts_sorted + 1, 1)
+        numpy.add.at(steps, ends_sorted, -1)
+        inner = numpy.cumsum(steps[:n]) > 0
+        layout = doc.to_array([SPACY, IS_SPACE]).astype(bool)
+        space_before = numpy.zeros(n, dtype=bool)
+        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]
+        cut[:n] |= ~inner | space_before | layout[:, 1]
+    return cut
+
+
+def _copy_span_groups(merged: Doc, groups, bounds, new_index: numpy.ndarray) -> None:
+    """Every span group of the original doc, over the merged tokens."""
+    for key, name, attrs, rows in groups:
+        group = SpanGroup(merged, name=name, attrs=attrs)
+        # (appended one by one: a list of 100k Span objects would set off
+        # full garbage collections, which cost as much as the rest)
+        append = group.append
+        for s, e, label, kb_id, span_id in zip(
+            new_index[bounds[key][:, 0]].tolist(), new_index[bounds[key][:, 1]].tolist(), *rows[:, 2:].T.tolist()
+        ):
+            append(Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id))
+        merged.spans[key] = group
 
 
 def _span_rows(group: SpanGroup) -> numpy.ndarray:
