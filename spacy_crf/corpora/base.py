@@ -79,7 +79,7 @@ def char_tokenizer(vocab: Vocab) -> ChineseTokenizer:
     """The tokenizer of ``spacy.blank("zh")``: one token per character, with
     whitespace handled by spaCy's usual rules (a single space after a token is
     its trailing whitespace; other whitespace runs become one token)."""
-    return ChineseTokenizer(vocab, segmenter="char")
+    return ChineseTokenizer(vocab, segmenter="char")  # type: ignore[arg-type]  # spaCy takes the name too
 
 
 def _trim_whitespace(text: str, start: int, end: int) -> Tuple[int, int]:

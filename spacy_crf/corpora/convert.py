@@ -4,7 +4,7 @@ import warnings
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
@@ -72,7 +72,7 @@ def _print_counts(title: str, counts: Dict[str, object]) -> None:
         msg.table(counts["entities"], header=("label", "entities"), divider=True)  # type: ignore[arg-type]
 
 
-def _print_rates(rates: Dict[str, object]) -> None:
+def _print_rates(rates: Dict[str, Any]) -> None:
     if rates.get("oov_rate") is not None:
         msg.info(f"dev words not in training (OOV rate): {rates['oov_rate'] * 100:.2f}% of {rates['words']:,}")
     if rates.get("seen_rate") is not None:

@@ -95,7 +95,7 @@ class E5S1File:
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)
         self._mm = np.memmap(self.path, dtype=np.uint8, mode="r")
-        buf = memoryview(self._mm)
+        buf = memoryview(self._mm)  # type: ignore[arg-type]  # a memmap is a buffer; numpy's stub says otherwise
         if len(buf) < 8 or bytes(buf[:4]) != MAGIC:
             raise ValueError(f"{self.path.name}: not an E5S1 model file (bad magic)")
         c = _Cursor(buf, 4)

@@ -187,10 +187,10 @@ def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, d
     msg.info(f"Reading {f.path.name} ({f.config.layers} layers, {n_src:,} pieces)")
     if tokenizer == "stock":
         kept = np.arange(n_src)
-        tok = build_stock_tokenizer(f.pieces, f.scores, charsmap)
+        tok = build_stock_tokenizer(f.pieces, f.scores.tolist(), charsmap)
         rows = None  # all rows, including the model's 35 padding rows
     else:
-        kept = np.asarray(select_pieces(f.pieces, f.scores, vocab, latin_pieces))
+        kept = np.asarray(select_pieces(f.pieces, f.scores.tolist(), vocab, latin_pieces), dtype=np.int64)
         tok = build_char_tokenizer(
             [f.pieces[i] for i in kept], [f.scores[i] for i in kept], charsmap
         )

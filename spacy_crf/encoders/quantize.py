@@ -196,7 +196,9 @@ def _set_quantized_transformer(model: TransformerModel, hf_model) -> None:
     """``set_transformer`` of a quantized ``TransformerModel``: what
     ``initialize`` calls after loading the float model from ``name``."""
     set_pytorch_transformer(model, hf_model)
-    model.layers[0].shims[0].set_quantized(hf_model.transformer)
+    shim = model.layers[0].shims[0]
+    assert isinstance(shim, QuantizedHFShim)
+    shim.set_quantized(hf_model.transformer)
 
 
 def _quantized_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
@@ -211,6 +213,7 @@ def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: boo
     """Make ``model`` (a spacy-transformers ``TransformerModel``) quantized."""
     wrapper = model.layers[0]
     shim = wrapper.shims[0]
+    assert isinstance(shim, HFShim), type(shim)
     if isinstance(shim, QuantizedHFShim):
         if (shim.dtype, shim.embeddings) != (dtype, embeddings):
             raise ValueError(

@@ -164,7 +164,7 @@ def precompiled_charsmap(norm_map: Dict[str, str]) -> bytes:
 
     spm.set_min_log_level(2)
     normalizer = spm.SentencePieceNormalizer(norm_map=sorted(norm_map.items()))
-    spec = sp_pb2.NormalizerSpec()
+    spec = sp_pb2.NormalizerSpec()  # type: ignore[attr-defined]  # generated protobuf class
     spec.ParseFromString(normalizer.serialized_normalizer_spec())
     return spec.precompiled_charsmap
 

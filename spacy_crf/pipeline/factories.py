@@ -19,7 +19,7 @@ their default score weights, so a config that uses them needs no
 non-overlapping ones to ``doc.ents``; weights ``ents_f``.
 """
 import inspect
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from thinc.api import Config, Model
 from thinc.types import Floats2d
@@ -60,7 +60,7 @@ COMMON_CONFIG = {
     "user_dict": None,
 }
 ENTS_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
-WORDS_WEIGHTS = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
+WORDS_WEIGHTS: Dict[str, Optional[float]] = {"words_f": 1.0, "words_p": 0.0, "words_r": 0.0}
 
 
 @Language.factory(

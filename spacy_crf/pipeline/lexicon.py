@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
-from thinc.types import Floats2d
 from spacy.tokens import Doc
 from spacy.util import registry
 
@@ -92,7 +91,7 @@ class Lexicon:
         return found
 
     def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float,
-                      matches: Optional[List[TokenSpan]] = None) -> Floats2d:
+                      matches: Optional[List[TokenSpan]] = None) -> numpy.ndarray:
         """The prior added to ``doc``'s emission scores: float32
         ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order).
         ``matches``: ``self.matches(doc)``, if the caller has it already."""

@@ -227,7 +227,7 @@ def merge_words(
         merged = _merge_in_place(doc, starts)
     else:
         merged = _merge_into_new_doc(doc, starts)
-    merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))
+    merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))  # type: ignore[arg-type]
     _copy_span_groups(merged, groups, bounds, new_index)
     if keep_words:
         merged.spans[unaligned_ents_key] = SpanGroup(
@@ -360,7 +360,7 @@ def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
         for j in multi:
             if not vocab.get_vector(words[j]).any():
                 vocab.set_vector(words[j], doc[bounds[j]:bounds[j + 1]].vector)
-    merged.from_array(_TOKEN_ATTRS, rows)
+    merged.from_array(_TOKEN_ATTRS, rows)  # type: ignore[arg-type]  # an int array; thinc's Ints2d is nominal
     if doc.tensor is not None and getattr(doc.tensor, "size", 0) != 0:
         tensor = doc.tensor
         merged.tensor = tensor[last] if isinstance(tensor, numpy.ndarray) else tensor[_to_xp(tensor, last)]
@@ -374,7 +374,7 @@ def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
     merged.has_unknown_spaces = doc.has_unknown_spaces
     copy_doc_private_fields(doc, merged)
     merged.sentiment = doc.sentiment
-    merged.noun_chunks_iterator = doc.noun_chunks_iterator
+    merged.noun_chunks_iterator = doc.noun_chunks_iterator  # type: ignore[attr-defined]  # not in Doc's stub
     return merged
 
 

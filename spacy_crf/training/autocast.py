@@ -45,7 +45,7 @@ class CPUAutocastShim:
 
     def begin_update(self, inputs: ArgsKwargs):
         with torch.autocast("cpu", dtype=self.autocast_dtype):
-            output, backprop = super().begin_update(inputs)
+            output, backprop = super().begin_update(inputs)  # type: ignore[misc]  # mixed into a PyTorchShim
         # The cast is part of the graph, so the float32 gradient flows back through it.
         return as_float32(output), backprop
 
@@ -94,7 +94,7 @@ def cpu_autocast(nlp: Language, dtype: str = "bfloat16") -> List[str]:
         raise ValueError(f"{who}: no component of the pipeline has a PyTorch model to autocast.")
     for _, shim in shims:
         mix_in(shim, CPUAutocastShim)
-        shim.autocast_dtype = DTYPES[dtype]
+        shim.autocast_dtype = DTYPES[dtype]  # type: ignore[attr-defined]  # CPUAutocastShim's, mixed in above
     return sorted({name for name, _ in shims})
 
 

@@ -23,14 +23,14 @@ from typing import Any, Callable, List, Sequence, Tuple
 
 from spacy.language import Language
 from spacy.util import registry
-from thinc.shims import Shim
+from thinc.shims import PyTorchShim
 
 from .._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
 
 
 def matching_parameters(
     nlp: Language, patterns: Sequence[str], who: str
-) -> List[Tuple[str, Shim, str, Any]]:
+) -> List[Tuple[str, PyTorchShim, str, Any]]:
     """(component, shim, parameter name, parameter) for every PyTorch parameter
     whose name matches one of the glob patterns.
 
@@ -40,10 +40,12 @@ def matching_parameters(
     """
     if isinstance(patterns, str):
         raise ValueError(f"{who}: patterns must be a list of glob patterns, got the string {patterns!r}")
-    found = []
+    found: List[Tuple[str, PyTorchShim, str, Any]] = []
     used = set()
     for component, shim in torch_shims(nlp):
-        for param_name, param in torch_module(shim).named_parameters():
+        module = torch_module(shim)
+        assert module is not None  # torch_shims gives built shims only
+        for param_name, param in module.named_parameters():
             hits = [p for p in patterns if fnmatchcase(param_name, p)]
             if hits:
                 used.update(hits)

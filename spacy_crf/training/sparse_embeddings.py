@@ -46,8 +46,8 @@ class SparseRowsShim:
     shim's own (dense) ``finish_update`` for every other parameter."""
 
     def finish_update(self, optimizer: Optimizer) -> None:
-        update_sparse_rows(self, optimizer)
-        super().finish_update(optimizer)
+        update_sparse_rows(self, optimizer)  # type: ignore[arg-type]  # mixed into a PyTorchShim
+        super().finish_update(optimizer)  # type: ignore[misc]
 
 
 def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
@@ -65,7 +65,7 @@ def update_sparse_rows(shim: PyTorchShim, optimizer: Optimizer) -> None:
         if is_lazy is not None and is_lazy(name, weights):
             grad = grad.coalesce()
             rows = torch2xp(grad.indices()[0])
-            optimizer.update_rows(key, weights, rows, torch2xp(grad.values()))
+            optimizer.update_rows(key, weights, rows, torch2xp(grad.values()))  # type: ignore[attr-defined]  # GroupedAdam
         else:
             if name not in densified:
                 densified.add(name)
