@@ -211,3 +211,15 @@ def test_no_measured_figures_in_comments_docstrings_or_configs():
             if text.lstrip().startswith("#") and MEASURED.search(text):
                 found.append(f"{path.relative_to(ROOT)}:{line}: {MEASURED.search(text).group(0)!r}")
     assert not found, "measured figures belong in docs/results.md:\n" + "\n".join(found)
+
+
+def _vars(command: str):
+    return dict(re.findall(r"--vars\.(\w+)=(\S+)", command.replace("\\\n", " ")))
+
+
+def test_the_training_page_gives_the_smoke_run_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf8").replace("\\\n", " ")
+    ci_smoke = next(line for line in ci.splitlines() if line.startswith("spacy project run all "))
+    page = (DOCS / "training.md").read_text(encoding="utf8")
+    at = page.index("spacy project run all project --vars.data_dir=../shared/data --vars.profile=smoke")
+    assert _vars(page[at:page.index("```", at)]) == _vars(ci_smoke)
