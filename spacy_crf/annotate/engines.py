@@ -228,7 +228,7 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         # Few read tasks at a time, in shard order: with every shard read at once
         # (num_cpus=0 allows it) the pool got the chunks of all shards
         # interleaved, and preserve_order held every record back until the
-        # first shard was complete (first record after 72 s on 32 shards).
+        # first shard was complete (docs/results.md, "Annotation throughput").
         # One reader per WORKERS_PER_READER actors keeps a large pool fed.
         ds = ds.map_batches(_read_shard_chunks, batch_size=1, batch_format="pyarrow", num_cpus=0,
                             concurrency=max(1, workers // WORKERS_PER_READER),

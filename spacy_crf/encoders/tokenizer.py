@@ -43,7 +43,7 @@ from tokenizers import normalizers, pre_tokenizers, processors
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 META = "\u2581"
-DEFAULT_LATIN_PIECES = 0  # all: any fewer changes English segmentation (see README)
+DEFAULT_LATIN_PIECES = 0  # all: any fewer changes English segmentation (see docs/training.md)
 
 # CJK characters: each forms its own pre-token, without a leading space.
 CJK_RANGES: Tuple[Tuple[int, int], ...] = (

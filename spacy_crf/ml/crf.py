@@ -144,9 +144,9 @@ def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
 # state (alpha, beta, Viterbi score) [K, B], and the per-step broadcast
 # [K_from, K_to, B], reduced over its *leading* dimension. On a contiguous
 # tensor that reduction is an elementwise max/sum across K contiguous slabs,
-# which vectorises well. On CPU (K=21, B=32) logsumexp measured ~2x faster
-# than over the middle dimension of [B, K, K] as pytorch-crf does, and
-# Viterbi's values-only amax ~6x faster than pytorch-crf's max-with-indices.
+# which vectorises well. On CPU it measured faster than logsumexp over the
+# middle dimension of [B, K, K] as pytorch-crf does, and Viterbi's values-only
+# amax faster than pytorch-crf's max-with-indices (docs/results.md, "CRF kernels").
 #
 # Forward recursions simply run on past the end of shorter rows and each row's
 # state is read at its own last position afterwards: one gather per call
@@ -397,9 +397,9 @@ def viterbi(
 # every backpointer at once, O(T K^2 B) work in a few large ops, then follows
 # them in O(log T) steps; "lazy" walks back step by step computing only the
 # backpointer of the tag each row takes, O(T K B) work in ~4 small ops per
-# step. On CPU bulk costs ~2 ns per element of [T, K, K, B] (max with indices
-# is a slow kernel) and lazy ~10 us of op overhead per step, so bulk wins
-# while K*K*B is below about 4-5k (e.g. 4 tags at any usual batch size, 21
+# step. On CPU bulk pays per element of [T, K, K, B] (max with indices is a
+# slow kernel) and lazy pays the op overhead of each step; as measured
+# (docs/results.md, "CRF kernels") bulk wins while K*K*B is below about 4-5k (e.g. 4 tags at any usual batch size, 21
 # tags only up to batch 10); on accelerators, where small ops are
 # launch-bound, bulk always wins.
 _BULK_BACKPOINTERS_MAX_STEP_SIZE = 4096
@@ -442,8 +442,8 @@ def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag
 def _backtrace_lazy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
     """Same arguments and result as ``_backtrace_bulk``, walking back one step
     at a time (all rows together) and recovering only the backpointers used."""
-    # Batch-major here: argmax over a contiguous last dimension is ~3x cheaper
-    # on CPU than over the leading one (and max(dim) would enter a
+    # Batch-major here: argmax over a contiguous last dimension is cheaper on
+    # CPU than over the leading one (docs/results.md, "CRF kernels") (and max(dim) would enter a
     # thread-parallel region per step, which stalls when the cores are busy).
     steps = scores.transpose(1, 2).contiguous().unbind(0)  # T x [B, K_from]
     transitions_to_from = transitions.t().contiguous()

@@ -2,8 +2,8 @@
 
 thinc's PyTorch shim has mixed precision for CUDA only (``torch.autocast("cuda")``
 with gradient scaling). A CPU with native bfloat16 arithmetic (AVX512-BF16 or
-AMX) runs the encoder's matrix products about 1.5x faster in bfloat16; this
-callback gives every torch shim of the pipeline that CPU autocast:
+AMX) runs the encoder's matrix products faster in bfloat16 (figures: docs/results.md,
+"Training speed"); this callback gives every torch shim of the pipeline that CPU autocast:
 
 - only the forward pass of a training update runs under autocast; backprop
   runs outside it, as torch requires, and autocast keeps layer norms and

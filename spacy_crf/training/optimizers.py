@@ -11,7 +11,7 @@ their parameters ``crf_transitions``, ``crf_start``, ``crf_end`` and
 Hugging Face names (``encoder.layer.3.attention.self.query.weight``).
 
 Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
-``lr_scale``, so a 1000x CRF group would also decay 1000x faster and its
+``lr_scale``, so a 1000x CRF group would also decay 1000 times as fast and its
 transitions would be pulled to zero. By default the decay is *not*
 multiplied; ``scale_weight_decay = true`` restores thinc's behaviour.
 
@@ -19,8 +19,8 @@ Lazy rows (``lazy_rows``): an embedding table's gradient is dense in memory
 but zero outside the rows of the batch's tokens (about 1,500 of the
 encoder's 92,851 wordpieces per 1,000-character batch). thinc's Adam walks
 every element of the table, its moments and the clipping norm each step
-(143 ms for a 92,851 x 384 table on a 2-core machine, against 31 ms lazy:
-``scripts/bench_optimizer.py``; a joint training step takes about 1 s). A
+(``scripts/bench_optimizer.py`` times it; figures: docs/results.md,
+"Training speed"). A
 lazy parameter runs Adam on the rows whose gradient is non-zero only, as
 PyTorch's ``SparseAdam`` and TensorFlow's ``LazyAdam`` do: the rows of the
 batch get exactly thinc's update (same step count, bias
