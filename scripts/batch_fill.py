@@ -47,7 +47,7 @@ def transformer_inputs(resolved: Dict[str, Any]):
     """The first transformer component's span getter and Hugging Face tokenizer."""
     from transformers import AutoTokenizer
 
-    for name, component in resolved["components"].items():
+    for _name, component in resolved["components"].items():
         if component.get("factory") == "transformer":
             model = component["model"]
             get_spans = util.registry.resolve({"get_spans": model["get_spans"]})["get_spans"]

@@ -76,7 +76,7 @@ def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[O
             if inp.is_dir() and _inside(out, inp):
                 raise OutputPathError(f"output {out} is inside the input directory {inp}, which is read, "
                                       "never written to; choose another output path")
-        for j, (other, other_is_dir) in enumerate(outs):
+        for j, (other, _other_is_dir) in enumerate(outs):
             if j == i:
                 continue
             if (j < i and _same_path(out, other)) or (is_dir and _inside(other, out)):

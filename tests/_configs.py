@@ -4,6 +4,7 @@ Pipelines are built from blocks: :func:`pipeline_config` puts an encoder
 (``transformer``: a local random BERT; ``tok2vec``: spaCy's HashEmbedCNN)
 in front of CRF components that listen to it.
 """
+from pathlib import Path
 from typing import Sequence, Tuple
 
 NER_DATA = [
@@ -161,7 +162,7 @@ tag_acc = null
 """
 
 
-def write_ner_training_files(tiny_bert_dir, out_dir) -> Tuple["Path", "Path"]:
+def write_ner_training_files(tiny_bert_dir, out_dir) -> Tuple[Path, Path]:
     """``out_dir/config.cfg`` (PIPELINE_CFG over the tiny BERT + TRAIN_CFG, filled as
     ``spacy init fill-config`` would) and ``out_dir/train.spacy`` (NER_DATA)."""
     import spacy

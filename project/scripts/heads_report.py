@@ -121,7 +121,7 @@ def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Pat
     """Dev entity F against the step, one colour per head, one line per seed."""
     fig, ax = subplots(figsize=(6.4, 4.0))
     for (head, label), colour in zip(HEADS, ("tab:blue", "tab:orange", "tab:green")):
-        for i, (seed, points) in enumerate(sorted(curves.get(head, {}).items())):
+        for i, (_seed, points) in enumerate(sorted(curves.get(head, {}).items())):
             if points:
                 steps, f = zip(*points)
                 ax.plot(steps, f, color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,

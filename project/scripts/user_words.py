@@ -154,7 +154,7 @@ def main(
                       weight=weight, per_word=per_word)
     except ValueError as e:
         typer.echo(f"{model}: {e}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     print_result(result)
     if output:
         write_json_atomic(output, {"model": str(model), "data": str(data), "words": str(words) if words else None,

@@ -224,9 +224,9 @@ def _write(prepared, max_chars: int) -> Dict[str, object]:
     """Write every prepared part, each renamed into place only once all are written."""
     outputs: Dict[str, object] = {}
     with ExitStack() as stack:  # every output is renamed into place only once all are written
-        for name, pieces, out, *_ in prepared:
+        for _name, pieces, out, *_ in prepared:
             DocBin(docs=pieces, store_user_data=False).to_disk(stack.enter_context(atomic_path(out)))
-    for name, pieces, out, before, cuts, written, n_split in prepared:
+    for name, _pieces, out, before, cuts, written, n_split in prepared:
         outputs[name] = {
             "path": str(out),
             "before_split": before,

@@ -243,10 +243,10 @@ def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: boo
 def create_quantized_transformer_model(
     name: str,
     get_spans,
-    tokenizer_config: dict = {},
-    transformer_config: dict = {},
+    tokenizer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
+    transformer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     mixed_precision: bool = False,
-    grad_scaler_config: dict = {},
+    grad_scaler_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     dtype: str = "qint8",
     embeddings: bool = False,
 ) -> Model:
@@ -267,9 +267,9 @@ def create_quantized_tok2vec_transformer(
     tokenizer_config: dict,
     pooling: Model,
     grad_factor: float = 1.0,
-    transformer_config: dict = {},
+    transformer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     mixed_precision: bool = False,
-    grad_scaler_config: dict = {},
+    grad_scaler_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     dtype: str = "qint8",
     embeddings: bool = False,
 ) -> Model:

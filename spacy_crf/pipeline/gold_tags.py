@@ -24,7 +24,7 @@ def gold_tag_ids(eg: Example, scheme: str, tags: Sequence[str], labels: Sequence
     """Gold tag ids over the predicted tokens of ``eg``; -1 where the gold is
     unknown. ``component`` names the tagger in warnings and errors."""
     try:
-        eg.alignment
+        _ = eg.alignment  # built on first use; raises when the texts differ
     except ValueError as e:
         raise ValueError(
             f"[{component}] the predicted and reference texts of doc {quote_text(eg.reference, 60)} "
@@ -45,7 +45,8 @@ def gold_tag_ids(eg: Example, scheme: str, tags: Sequence[str], labels: Sequence
             f"[{component}] {len(lost)} gold entit{'y' if one else 'ies'} of doc "
             f"{quote_text(eg.reference, 60)} {'does' if one else 'do'} not align with its "
             f"tokens and {'is' if one else 'are'} treated as unknown in training: "
-            + ", ".join(f"{e.text!r} ({e.label_}, chars {e.start_char}-{e.end_char})" for e in lost)
+            + ", ".join(f"{e.text!r} ({e.label_}, chars {e.start_char}-{e.end_char})" for e in lost),
+            stacklevel=2,
         )
     ids = numpy.full(len(biluo), UNKNOWN, dtype="int64")
     for i, tag in enumerate(biluo):
@@ -57,7 +58,8 @@ def gold_tag_ids(eg: Example, scheme: str, tags: Sequence[str], labels: Sequence
         else:
             warnings.warn(
                 f"[{component}] doc {quote_text(eg.reference, 60)}: gold label of tag "
-                f"{tag!r} is not among the labels {labels}; treated as unknown."
+                f"{tag!r} is not among the labels {labels}; treated as unknown.",
+                stacklevel=2,
             )
     # Whitespace is outside every entity when decoding; its gold is left
     # to the CRF (an entity of the reference may contain whitespace).

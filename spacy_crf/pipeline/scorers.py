@@ -178,7 +178,7 @@ def make_words_scorer_v2(iv_words: Optional[Path] = None) -> Callable:
                 cache["words"] = read_word_set(iv_words)
             else:
                 warnings.warn(f"spacy_crf.words_scorer.v2: the training word list {str(iv_words)!r} does not exist "
-                              "(relative to the working directory); OOV and IV recall are not scored")
+                              "(relative to the working directory); OOV and IV recall are not scored", stacklevel=2)
                 cache["words"] = None
         return cache["words"]
 
