@@ -117,3 +117,26 @@ def test_speed_clear_errors_for_bad_data_and_pipeline(tmp_path):
         assert needle in output and "Traceback" not in output, (args, output)
         assert dev.read_bytes() == before
 
+
+
+def test_speed_times_the_installed_peers_on_the_same_texts(tmp_path, monkeypatch):
+    from spacy_crf.cli import peers as peers_module
+
+    calls = []
+
+    def fake_segmenter():
+        return lambda text: calls.append(text) or list(text)
+
+    # jieba is installed with the lexicon extra; the fakes stand for peers that are not
+    monkeypatch.setattr(peers_module, "PEERS", {"fake": fake_segmenter, "absent": lambda: None,
+                                                "broken": lambda: 1 / 0, **peers_module.PEERS})
+    _, path, texts = _pipeline(tmp_path)
+    out = tmp_path / "speed.json"
+    result = CliRunner().invoke(app, ["speed", str(path), str(tmp_path / "dev.spacy"), "--batch-sizes", "2",
+                                      "--n-process", "1", "--repeats", "1", "--peers", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    found = {peer["name"]: peer for peer in srsly.read_json(out)["peers"]}
+    assert found["fake"]["chars_per_s"] > 0 and "absent" not in found
+    assert "ZeroDivisionError" in found["broken"]["error"]
+    assert calls[1:] == texts  # one warm-up text, then every text once
+    assert "pipeline / peer" in result.output

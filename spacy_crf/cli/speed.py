@@ -6,7 +6,9 @@ second; this command adds what it lacks for a character pipeline: chars/s
 over several batch sizes and ``n_process`` values, on the raw texts of
 ``.spacy`` files, and a per-component breakdown (seconds per 1,000
 characters): each component is timed on the docs the previous ones produced,
-with the same batch size, in one process.
+with the same batch size, in one process. With ``peers``, the other Chinese
+segmenters that are installed (jieba, pkuseg, thulac: :mod:`.peers`) are
+timed on the same texts.
 """
 import os
 import statistics
@@ -90,7 +92,7 @@ def component_seconds(nlp, texts: List[str], batch_size: int) -> Dict[str, float
 
 
 def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batch_sizes: Sequence[int] = (32, 128),
-                  n_process: Sequence[int] = (1, 2), repeats: int = 3) -> Dict[str, Any]:
+                  n_process: Sequence[int] = (1, 2), repeats: int = 3, peers: bool = False) -> Dict[str, Any]:
     """Load ``pipeline`` (a directory or package name), time it on the texts of
     ``data`` and print tables; returns what :func:`speed_cli` writes as JSON.
     Settings and data are checked before the pipeline is loaded
@@ -119,12 +121,35 @@ def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batc
     total = sum(seconds.values())
     msg.table([(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
               header=("component", "s per 1k chars", "share"), divider=True)
+    extra: Dict[str, Any] = {}
+    if peers:
+        extra["peers"] = _report_peers(texts, repeats, runs)
     return {
         "pipeline": pipeline, "components": nlp.pipe_names, "data": list(data), "texts": len(texts),
         "chars": n_chars, "repeats": repeats, "runs": runs,
         "seconds_per_1k_chars": {name: round(s / n_chars * 1000, 4) for name, s in seconds.items()},
+        **extra,
         "hardware": hardware(),
     }
+
+
+def _report_peers(texts: List[str], repeats: int, runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    from .peers import PEERS, measure_peers
+
+    found = measure_peers(texts, repeats)
+    if not found:
+        msg.info(f"no peer segmenter installed ({', '.join(PEERS)})")
+        return found
+    best = max(r["chars_per_s"] for r in runs if r["n_process"] == 1) if any(r["n_process"] == 1 for r in runs) else None
+    rows = []
+    for peer in found:
+        if "error" in peer:
+            rows.append((peer["name"], peer.get("version") or "", peer["error"], ""))
+        else:
+            ratio = f"{best / peer['chars_per_s']:.2f}" if best else ""
+            rows.append((peer["name"], peer["version"] or "", f"{peer['chars_per_s']:,.0f}", ratio))
+    msg.table(rows, header=("peer (one text per call)", "version", "chars/s", "pipeline / peer"), divider=True)
+    return found
 
 
 def _ints(text: str, option: str) -> List[int]:
@@ -148,6 +173,7 @@ def speed_cli(
     n_process: str = typer.Option("1,2", "--n-process", help="Comma-separated process counts"),
     repeats: int = typer.Option(3, "--repeats", help="Timed passes per setting (the median is kept)"),
     output: str = typer.Option("", "--output", help="Write the figures to this JSON file"),
+    peers: bool = typer.Option(False, "--peers", help="Also time the installed peer segmenters (jieba, pkuseg, thulac)"),
     # fmt: on
 ) -> None:
     """Chars/s of a whole pipeline with nlp.pipe, and seconds per component.
@@ -155,7 +181,9 @@ def speed_cli(
     Texts are the raw texts of the docs in the given .spacy files (the first
     --limit of each), in file order, as a user would feed them. Every setting
     gets one untimed warm-up batch, then the median chars/s over --repeats
-    passes. The per-component breakdown uses the last batch size.
+    passes. The per-component breakdown uses the last batch size. With
+    --peers, jieba, pkuseg and thulac (those installed) segment the same
+    texts, one per call, and their chars/s is printed beside the pipeline's.
 
     Batch sizes, process counts and --repeats must be >= 1 and --limit >= 0;
     a missing or empty .spacy file, a pipeline that cannot be loaded and an
@@ -176,7 +204,8 @@ def speed_cli(
         if output:
             inputs = [*data, pipeline] if Path(pipeline).exists() else list(data)
             check_output_paths(inputs, [output])
-        result = measure_speed(pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats)
+        result = measure_speed(pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats,
+                               peers=peers)
     except (SpeedError, OutputPathError) as err:
         msg.fail(str(err), exits=1)
     except OSError as err:  # spacy.load: no such package or directory, or not a pipeline
