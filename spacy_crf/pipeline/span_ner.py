@@ -22,7 +22,8 @@ predicted tokens make the cells starting or ending inside them unknown
 for their label.
 """
 from itertools import islice
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
 from thinc.api import Model
@@ -32,9 +33,10 @@ from spacy.pipeline import TrainablePipe
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.util import registry
+from spacy.util import ensure_path, registry
 from spacy.vocab import Vocab
 
+from . import load_checks as checks
 from .guarded_update import GuardedUpdate, check_on_nonfinite
 from ..ml import span_model
 from .forced_tags import preset_entity_tokens
@@ -176,6 +178,30 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         layer.set_dim("nO", len(labels))
         docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
         self.model.initialize(X=docs)
+
+    # --- serialization --------------------------------------------------------
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Save cfg, vocab and weights (with the labels they score, in order)."""
+        self._validate_serialization_attrs()
+        checks.save_to_disk(self, ensure_path(path), exclude)
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """:meth:`to_disk` as bytes."""
+        self._validate_serialization_attrs()
+        return checks.save_to_bytes(self, exclude)
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SpanNER":
+        """Load the pipe with the checks of ``CRFTagger`` (:func:`spacy_crf.pipeline.load_checks.load_from_disk`):
+        the cfg has the labels, the weights load, score those labels in that
+        order and are finite. Errors name the directory or the file."""
+        self._validate_serialization_attrs()
+        return checks.load_from_disk(self, ensure_path(path), exclude)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SpanNER":
+        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
+        self._validate_serialization_attrs()
+        return checks.load_from_bytes(self, bytes_data, exclude)
 
 
 def write_greedy_entities(doc: Doc, spans: Sequence[tuple]) -> None:
