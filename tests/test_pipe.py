@@ -695,3 +695,21 @@ def test_a_save_without_the_tag_order_loads_with_a_warning(ner_nlp, tmp_path):
     with pytest.warns(UserWarning, match=r"\[crf_tagger\] directory .*saved without the order of their outputs"):
         loaded = spacy.load(tmp_path / "model")
     assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in ner_nlp("张三去上海").ents]
+
+
+def test_a_diverging_crf_loss_warns_once():
+    import warnings
+
+    from spacy_crf.optimizers import grouped_adam
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
+    examples = ner_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = grouped_adam(10.0, crf_lr_multiplier=100.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(8):
+            nlp.update(examples, sgd=optimizer)
+    diverging = [str(w.message) for w in caught if "diverging" in str(w.message)]
+    assert len(diverging) == 1 and diverging[0].startswith("[crf_tagger] the training loss is diverging")

@@ -333,3 +333,31 @@ def test_span_ner_saved_without_the_label_order_still_loads_with_a_warning(train
     with pytest.warns(UserWarning, match=r"\[span_ner\] directory .*saved without the order of their outputs"):
         loaded = spacy.load(tmp_path / "m")
     assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in trained("张三去上海").ents]
+
+
+def test_a_diverging_finite_loss_warns_once():
+    """Adam at learning rate 10: the loss per token goes from about 2 to
+    millions and stays finite, so the non-finite guard never fires."""
+    import warnings
+
+    nlp = span_nlp()
+    examples = nested_examples(nlp) + ents_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = grouped_adam(10.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(6):
+            nlp.update(examples, sgd=optimizer)
+    diverging = [str(w.message) for w in caught if "diverging" in str(w.message)]
+    assert len(diverging) == 1, diverging
+    assert diverging[0].startswith("[span_ner] the training loss is diverging: ")
+    assert "over 1000 times the first batch's" in diverging[0] and "'我在北京大学工作'" in diverging[0]
+
+
+def test_a_converging_loss_does_not_warn():
+    import warnings
+
+    nlp = span_nlp()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*diverging")
+        train(nlp, nested_examples(nlp) + ents_examples(nlp), steps=20)
