@@ -361,3 +361,38 @@ def test_a_converging_loss_does_not_warn():
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*diverging")
         train(nlp, nested_examples(nlp) + ents_examples(nlp), steps=20)
+
+
+# --- bounded output ------------------------------------------------------------------
+
+def test_span_ner_default_max_length_is_finite():
+    from spacy_crf.pipeline.span_ner import DEFAULT_MAX_LENGTH
+
+    nlp = span_nlp()
+    assert nlp.config["components"]["span_ner"]["max_length"] == DEFAULT_MAX_LENGTH == 64
+    assert nlp.get_pipe("span_ner").cfg["max_length"] == 64
+    assert spacy.blank("zh").add_pipe("span_ner").cfg["max_length"] == 64
+    assert span_nlp(max_length=0).get_pipe("span_ner").cfg["max_length"] == 0  # unbounded when asked
+
+
+@pytest.mark.parametrize("max_length", [None, 0])
+def test_span_ner_output_is_bounded_on_a_long_doc(max_length):
+    """An untrained head scores about half of all cells above 0: without a
+    bound, 49,187 spans for these 308 characters and 2 labels."""
+    import warnings
+
+    nlp = span_nlp(**({} if max_length is None else {"max_length": max_length}))
+    examples = nested_examples(nlp)
+    nlp.initialize(lambda: examples)
+    pipe = nlp.get_pipe("span_ner")
+    text = "我在北京大学工作，他去上海。" * 22  # 308 characters
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = [nlp(text), nlp(text)]
+    n, n_labels = len(docs[0]), len(pipe.labels)
+    assert len(docs[0].spans["sc"]) <= n * n_labels
+    if max_length is None:
+        assert max(len(s) for s in docs[0].spans["sc"]) <= 64
+    capped = [str(w.message) for w in caught if "the cap allows" in str(w.message)]
+    assert len(capped) == 1 and capped[0].startswith("[span_ner] doc '我在北京大学工作")
+    assert f"({n * n_labels}: 1 per token and label)" in capped[0]
