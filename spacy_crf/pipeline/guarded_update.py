@@ -111,7 +111,7 @@ class GuardedUpdate:
         warnings.warn(
             f"[{self.name}] the training loss is diverging: {per_token:.3g} per token {self._where(examples)}, "
             f"over {DIVERGENCE_FACTOR:g} times the first batch's {self._first_loss:.3g}: the learning rate "
-            "(or this head's lr_multiplier) is probably too large; lower it or set grad_clip. (Reported once.)")
+            "(or this head's lr_multiplier) is probably too large; lower it or set grad_clip. (Reported once.)", stacklevel=3)
 
     @staticmethod
     def _where(examples: List[Example]) -> str:

@@ -313,7 +313,7 @@ def _check_outputs(pipe, outputs: List[str], where: str) -> List[str]:
         if _output_layer(pipe.model).maybe_get_dim("nO") is not None:  # weights were loaded
             warnings.warn(f"[{pipe.name}] {where}: the weights were saved without the order of their "
                           "outputs (an older version), so the labels' order cannot be checked; "
-                          "save the pipeline again to store it.")
+                          "save the pipeline again to store it.", stacklevel=2)
         return []
     saved = list(saved)
     if len(saved) != len(outputs):

@@ -137,7 +137,7 @@ class SpanNER(GuardedUpdate, TrainablePipe):
             warnings.warn(f"[{self.name}] doc {quote_text(docs[full], 40)}: as many spans scored above the "
                           f"threshold as the cap allows ({caps[full]}: {MAX_SPANS_PER_TOKEN} per token and label); "
                           "only the best are kept. The model is probably undertrained, or threshold too low. "
-                          "(Reported once.)")
+                          "(Reported once.)", stacklevel=2)
         return preds
 
     def span_scores(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
