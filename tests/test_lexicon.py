@@ -264,3 +264,55 @@ path = "{path.as_posix()}"
     examples = [Example.from_dict(ner_nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
     with pytest.raises(ValueError, match=r"\[crf_ner\] a lexicon applies to scheme 'bmes'.*initialize: lexicon"):
         ner_nlp.get_pipe("crf_ner").initialize(lambda: examples, lexicon=["上海"])
+
+
+# --- lexicon settings checked at load ------------------------------------------------
+
+def _edit_cfg(path, **changes):
+    import json
+
+    cfg = json.loads((path / "cfg").read_text(encoding="utf8"))
+    cfg.update(changes)
+    (path / "cfg").write_text(json.dumps(cfg), encoding="utf8")
+
+
+@pytest.mark.parametrize("weight", [-3, "high", None, True])
+def test_a_bad_lexicon_weight_in_the_cfg_fails_at_load_time(nlp, tmp_path, weight):
+    nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
+    nlp.to_disk(tmp_path / "p")
+    _edit_cfg(tmp_path / "p" / "segmenter", lexicon_weight=weight)
+    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory '.*p.segmenter': its cfg's "
+                                         r"lexicon_weight must be a finite number >= 0, got"):
+        spacy.load(tmp_path / "p")
+
+
+@pytest.mark.parametrize("size", ["3", -1, 1.5, True])
+def test_a_bad_lexicon_size_in_the_cfg_fails_at_load_time(nlp, tmp_path, size):
+    nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
+    nlp.to_disk(tmp_path / "p")
+    _edit_cfg(tmp_path / "p" / "segmenter", lexicon_size=size)
+    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*lexicon_size must be a whole number >= 0"):
+        spacy.load(tmp_path / "p")
+
+
+def test_lexicon_size_0_with_a_lexicon_file_fails_at_load_time(nlp, tmp_path):
+    nlp.get_pipe("segmenter").set_lexicon(["去上海", "上海市"], weight=1.0)
+    nlp.to_disk(tmp_path / "p")
+    _edit_cfg(tmp_path / "p" / "segmenter", lexicon_size=0)
+    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*lexicon_size 0\), but the lexicon "
+                                         r"file '.*p.segmenter.lexicon' holds 2 words"):
+        spacy.load(tmp_path / "p")
+    data = spacy.util.srsly.msgpack_loads(nlp.get_pipe("segmenter").to_bytes())
+    data["cfg"] = spacy.util.srsly.json_dumps({**spacy.util.srsly.json_loads(data["cfg"]), "lexicon_size": 0})
+    other = spacy.blank("zh").from_config(nlp.config).get_pipe("segmenter")
+    with pytest.raises(ValueError, match=r"cannot load bytes: .*the lexicon in the bytes holds 2 words"):
+        other.from_bytes(spacy.util.srsly.msgpack_dumps(data))
+
+
+def test_saving_without_a_lexicon_over_a_save_with_one_removes_the_file(nlp, tmp_path):
+    nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
+    nlp.to_disk(tmp_path / "p")
+    nlp.get_pipe("segmenter").set_lexicon(None)
+    nlp.to_disk(tmp_path / "p")
+    assert not (tmp_path / "p" / "segmenter" / "lexicon").exists()
+    assert spacy.load(tmp_path / "p").get_pipe("segmenter").lexicon is None

@@ -177,3 +177,48 @@ def test_non_finite_learn_rate_in_a_config_is_a_config_error():
     )
     with pytest.raises(ParamGroupError, match="crf.*lr_multiplier must be finite"):
         registry.resolve(config)
+
+
+@pytest.mark.parametrize("make", [grouped_adam, grouped_sgd])
+def test_a_negative_learn_rate_is_refused_like_nan(make):
+    with pytest.raises(ParamGroupError, match=r"learn_rate must be >= 0, got -0.001"):
+        make(-0.001)
+    with pytest.raises(ParamGroupError, match=r"L2 must be >= 0, got -0.01"):
+        make(1e-3, L2=-0.01)
+    with pytest.raises(ParamGroupError, match=r"grad_clip must be >= 0, got -1"):
+        make(1e-3, grad_clip=-1.0)
+    with pytest.raises(ParamGroupError, match=r"crf.*lr_multiplier must be > 0, got -100"):
+        make(1e-3, crf_lr_multiplier=-100.0)
+    with pytest.raises(ParamGroupError, match=r"span.*lr_multiplier must be > 0, got -2"):
+        make(1e-3, param_groups={"span": {"patterns": ["span_*"], "lr_multiplier": -2.0}})
+    assert make(0.0).learn_rate == 0.0  # a warm-up may start at 0
+
+
+def test_betas_must_be_below_one():
+    with pytest.raises(ParamGroupError, match=r"b1 must be >= 0 and < 1, got 1"):
+        grouped_adam(1e-3, beta1=1.0)
+    with pytest.raises(ParamGroupError, match=r"b2 must be >= 0 and < 1, got -0.5"):
+        grouped_adam(1e-3, beta2=-0.5)
+
+
+def test_a_negative_schedule_value_is_refused_when_it_is_read():
+    optimizer = grouped_adam(iter([1e-3, -1e-3]))
+    model = _model()
+    _set_grads(model)
+    model.finish_update(optimizer)
+    before = _params(model)
+    with pytest.raises(ParamGroupError, match=r"learn_rate must be >= 0, got -0.001 \(a value of its schedule\)"):
+        optimizer.step_schedules()
+    assert all((before[k] == v).all() for k, v in _params(model).items())
+    with pytest.raises(ParamGroupError, match=r"learn_rate must be >= 0, got -0.001 \(a value of its schedule\)"):
+        grouped_sgd(iter([-1e-3]))
+
+
+def test_a_negative_learn_rate_in_a_config_is_a_config_error():
+    config = Config().from_str("""
+        [optimizer]
+        @optimizers = "spacy_crf.GroupedAdam.v1"
+        learn_rate = -0.001
+        """)
+    with pytest.raises(ParamGroupError, match="learn_rate must be >= 0"):
+        registry.resolve(config)

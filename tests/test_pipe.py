@@ -656,3 +656,60 @@ def test_skip_with_a_shared_encoder_upstream_keeps_every_weight_finite():
     tok2vec = nlp.get_pipe("tok2vec").model
     assert all(numpy.isfinite(node.get_param(name)).all()
                for node in tok2vec.walk() for name in node.param_names if node.has_param(name))
+
+
+# --- label order stored with the weights --------------------------------------------
+
+def test_labels_other_than_the_weights_were_saved_with_fail_at_load_time(ner_nlp, tmp_path):
+    """The tags come from the sorted labels, so a cfg listing the same labels
+    in another order maps them as before; a cfg with a renamed label shifts
+    the tags (PER -> ZZZ moves it last) and is refused."""
+    labels = list(ner_nlp.get_pipe("crf_tagger").labels)
+    assert labels == ["LOC", "PER"]
+    ner_nlp.to_disk(tmp_path / "model")
+    _break(tmp_path / "model", "crf_tagger", lambda cfg: cfg.update(labels=labels[::-1]))
+    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "model")("张三去上海").ents] == [("张三", "PER"), ("上海", "LOC")]
+    _break(tmp_path / "model", "crf_tagger", lambda cfg: cfg.update(labels=["AAA", "LOC"]))
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load directory '.*model.crf_tagger': output 1 of the "
+                                         r"weights is 'B-LOC' but 'B-AAA' by the cfg's labels \(other labels than"):
+        spacy.load(tmp_path / "model")
+    import srsly
+
+    data = srsly.msgpack_loads(ner_nlp.get_pipe("crf_tagger").to_bytes())
+    data["cfg"] = srsly.json_dumps({**srsly.json_loads(data["cfg"]), "labels": ["LOC", "ORG"]})
+    other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load bytes: output 3 of the weights is 'B-PER' but 'B-ORG'"):
+        other.from_bytes(srsly.msgpack_dumps(data))
+
+
+def test_a_save_without_the_tag_order_loads_with_a_warning(ner_nlp, tmp_path):
+    from spacy_crf.pipeline.load_checks import OUTPUTS_ATTR
+
+    ner_nlp.to_disk(tmp_path / "model")
+    model = ner_nlp.get_pipe("crf_tagger").model
+    saved = model.attrs.pop(OUTPUTS_ATTR)
+    try:
+        (tmp_path / "model" / "crf_tagger" / "model").write_bytes(model.to_bytes())  # as an older version wrote it
+    finally:
+        model.attrs[OUTPUTS_ATTR] = saved
+    with pytest.warns(UserWarning, match=r"\[crf_tagger\] directory .*saved without the order of their outputs"):
+        loaded = spacy.load(tmp_path / "model")
+    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in ner_nlp("张三去上海").ents]
+
+
+def test_a_diverging_crf_loss_warns_once():
+    import warnings
+
+    from spacy_crf.optimizers import grouped_adam
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
+    examples = ner_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = grouped_adam(10.0, crf_lr_multiplier=100.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(8):
+            nlp.update(examples, sgd=optimizer)
+    diverging = [str(w.message) for w in caught if "diverging" in str(w.message)]
+    assert len(diverging) == 1 and diverging[0].startswith("[crf_tagger] the training loss is diverging")

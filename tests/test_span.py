@@ -183,3 +183,17 @@ def test_rope_needs_an_even_width():
         span.build_span_pointer(noop(), width=5)
     span.build_span_pointer(noop(), width=5, rope=False)
     assert torch.is_tensor(span.rope(torch.zeros(1, 2, 1, 4)))
+
+
+@pytest.mark.parametrize("max_length", [0, 3])
+def test_max_spans_keeps_the_best_predictions_of_each_doc(max_length):
+    projections, _ = random_case([9, 0, 2, 7], seed=5)
+    model = head()
+    every = span.predict_spans(model, projections, max_length=max_length, threshold=-1e9)
+    caps = [5, 5, 0, 4]
+    for max_cells in (span.MAX_CELLS, 30):  # the whole batch at once, and each doc in blocks
+        capped = span.predict_spans(model, projections, max_length=max_length, threshold=-1e9,
+                                    max_cells=max_cells, max_spans=caps)
+        for cap, all_preds, kept in zip(caps, every, capped):
+            expected = all_preds[:cap] if cap else all_preds
+            assert [p[:3] for p in kept] == [p[:3] for p in expected]

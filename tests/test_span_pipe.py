@@ -242,3 +242,157 @@ def test_spacy_training_loop_with_nested_gold_in_a_docbin(tmp_path):
     meta = spacy.util.load_meta(tmp_path / "out" / "model-best" / "meta.json")
     assert meta["performance"]["spans_sc_f"] is not None and meta["performance"]["ents_f"] is not None
     assert spacy.load(tmp_path / "out" / "model-last").get_pipe("span_ner").labels == ("LOC", "ORG", "PER")
+
+
+# --- load checks, shared with crf_tagger (pipeline/load_checks.py) --------------------
+
+def _rewrite_cfg(path, fix):
+    import json
+
+    cfg = json.loads((path / "cfg").read_text(encoding="utf8"))
+    fix(cfg)
+    (path / "cfg").write_text(json.dumps(cfg), encoding="utf8")
+
+
+def test_span_ner_truncated_or_empty_weights_name_the_file(trained, tmp_path):
+    for name, cut in (("truncated", lambda b: b[: len(b) // 2]), ("empty", lambda b: b"")):
+        trained.to_disk(tmp_path / name)
+        weights = tmp_path / name / "span_ner" / "model"
+        weights.write_bytes(cut(weights.read_bytes()))
+        with pytest.raises(ValueError, match=rf"\[span_ner\] cannot load the weights file '.*{name}.span_ner.model': it is {name}"):
+            spacy.load(tmp_path / name)
+    data = trained.get_pipe("span_ner").to_bytes()
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load from bytes"):
+        span_nlp().get_pipe("span_ner").from_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("what,fix,message", [
+    ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
+    ("one label more", lambda cfg: cfg["labels"].append("GPE"), r"score 3 labels \(output width\) but the labels give 4"),
+    ("one label less", lambda cfg: cfg["labels"].pop(), r"score 3 labels .* labels give 2"),
+])
+def test_span_ner_cfg_that_does_not_match_the_weights_fails_at_load_time(trained, tmp_path, what, fix, message):
+    trained.to_disk(tmp_path / "m")
+    _rewrite_cfg(tmp_path / "m" / "span_ner", fix)
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load directory '.*m.span_ner'.*" + message):
+        spacy.load(tmp_path / "m")
+
+
+def test_span_ner_missing_cfg_fails_at_load_time(trained, tmp_path):
+    trained.to_disk(tmp_path / "m")
+    (tmp_path / "m" / "span_ner" / "cfg").unlink()
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load directory '.*span_ner': its 'cfg' file is missing"):
+        spacy.load(tmp_path / "m")
+    trained.to_disk(tmp_path / "n")
+    (tmp_path / "n" / "span_ner" / "model").unlink()
+    with pytest.raises(ValueError, match=r"\[span_ner\] .*its 'model' file \(the weights\) is missing"):
+        spacy.load(tmp_path / "n")
+
+
+def test_span_ner_nan_weights_fail_at_load_time(trained, tmp_path):
+    pipe = trained.get_pipe("span_ner")
+    layer = pipe.model.get_ref("span_projection")
+    W = layer.get_param("span_end_W").copy()
+    layer.set_param("span_end_W", numpy.full_like(W, numpy.nan))
+    try:
+        trained.to_disk(tmp_path / "m")
+        data = pipe.to_bytes()
+    finally:
+        layer.set_param("span_end_W", W)
+    with pytest.raises(ValueError, match=rf"\[span_ner\] cannot load directory .*'span_end_W' of layer 'span_projection' has {W.size} NaN"):
+        spacy.load(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load bytes: .*'span_end_W'"):
+        span_nlp().get_pipe("span_ner").from_bytes(data)
+
+
+def test_span_ner_permuted_labels_fail_at_load_time(trained, tmp_path):
+    labels = list(trained.get_pipe("span_ner").labels)
+    trained.to_disk(tmp_path / "m")
+    _rewrite_cfg(tmp_path / "m" / "span_ner", lambda cfg: cfg.update(labels=labels[1:] + labels[:1]))
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load directory '.*m.span_ner': output 0 of the "
+                                         rf"weights is '{labels[0]}' but '{labels[1]}' .*the labels are in another order"):
+        spacy.load(tmp_path / "m")
+    import srsly
+
+    data = srsly.msgpack_loads(trained.get_pipe("span_ner").to_bytes())
+    data["cfg"] = srsly.json_dumps({**srsly.json_loads(data["cfg"]), "labels": labels[::-1]})
+    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load bytes: output 0 .*another order"):
+        span_nlp().get_pipe("span_ner").from_bytes(srsly.msgpack_dumps(data))
+
+
+def test_span_ner_saved_without_the_label_order_still_loads_with_a_warning(trained, tmp_path):
+    from spacy_crf.pipeline.load_checks import OUTPUTS_ATTR
+
+    trained.to_disk(tmp_path / "m")
+    model = trained.get_pipe("span_ner").model
+    saved = model.attrs.pop(OUTPUTS_ATTR)
+    try:
+        (tmp_path / "m" / "span_ner" / "model").write_bytes(model.to_bytes())  # as an older version wrote it
+    finally:
+        model.attrs[OUTPUTS_ATTR] = saved
+    with pytest.warns(UserWarning, match=r"\[span_ner\] directory .*saved without the order of their outputs"):
+        loaded = spacy.load(tmp_path / "m")
+    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in trained("张三去上海").ents]
+
+
+def test_a_diverging_finite_loss_warns_once():
+    """Adam at learning rate 10: the loss per token goes from about 2 to
+    millions and stays finite, so the non-finite guard never fires."""
+    import warnings
+
+    nlp = span_nlp()
+    examples = nested_examples(nlp) + ents_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = grouped_adam(10.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(6):
+            nlp.update(examples, sgd=optimizer)
+    diverging = [str(w.message) for w in caught if "diverging" in str(w.message)]
+    assert len(diverging) == 1, diverging
+    assert diverging[0].startswith("[span_ner] the training loss is diverging: ")
+    assert "over 1000 times the first batch's" in diverging[0] and "'我在北京大学工作'" in diverging[0]
+
+
+def test_a_converging_loss_does_not_warn():
+    import warnings
+
+    nlp = span_nlp()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*diverging")
+        train(nlp, nested_examples(nlp) + ents_examples(nlp), steps=20)
+
+
+# --- bounded output ------------------------------------------------------------------
+
+def test_span_ner_default_max_length_is_finite():
+    from spacy_crf.pipeline.span_ner import DEFAULT_MAX_LENGTH
+
+    nlp = span_nlp()
+    assert nlp.config["components"]["span_ner"]["max_length"] == DEFAULT_MAX_LENGTH == 64
+    assert nlp.get_pipe("span_ner").cfg["max_length"] == 64
+    assert spacy.blank("zh").add_pipe("span_ner").cfg["max_length"] == 64
+    assert span_nlp(max_length=0).get_pipe("span_ner").cfg["max_length"] == 0  # unbounded when asked
+
+
+@pytest.mark.parametrize("max_length", [None, 0])
+def test_span_ner_output_is_bounded_on_a_long_doc(max_length):
+    """An untrained head scores about half of all cells above 0: without a
+    bound, 49,187 spans for these 308 characters and 2 labels."""
+    import warnings
+
+    nlp = span_nlp(**({} if max_length is None else {"max_length": max_length}))
+    examples = nested_examples(nlp)
+    nlp.initialize(lambda: examples)
+    pipe = nlp.get_pipe("span_ner")
+    text = "我在北京大学工作，他去上海。" * 22  # 308 characters
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        docs = [nlp(text), nlp(text)]
+    n, n_labels = len(docs[0]), len(pipe.labels)
+    assert len(docs[0].spans["sc"]) <= n * n_labels
+    if max_length is None:
+        assert max(len(s) for s in docs[0].spans["sc"]) <= 64
+    capped = [str(w.message) for w in caught if "the cap allows" in str(w.message)]
+    assert len(capped) == 1 and capped[0].startswith("[span_ner] doc '我在北京大学工作")
+    assert f"({n * n_labels}: 1 per token and label)" in capped[0]

@@ -238,45 +238,67 @@ def predict_spans(
     max_length: int = 0,
     threshold: float = 0.0,
     max_cells: int = MAX_CELLS,
+    max_spans: Optional[Sequence[int]] = None,
 ) -> List[List[Prediction]]:
     """Per doc, every valid cell scoring above ``threshold``, as
     ``(start, end, label_id, score)`` with ``end`` exclusive, highest score
-    first. At most about ``max_cells`` scores are held in memory at once."""
+    first. At most about ``max_cells`` scores are held in memory at once.
+    ``max_spans``: per doc, the most predictions kept (the best ones; 0: no
+    cap), so that a model scoring nearly every cell above the threshold
+    does not return n² spans."""
     out: List[List[Prediction]] = [[] for _ in projections]
     lengths = [len(p) for p in projections]
     if not any(lengths):
         return out
+    caps = list(max_spans) if max_spans is not None else [0] * len(projections)
     n_labels = model.get_ref("span_projection").get_dim("nO")
     use_rope = model.attrs["span_rope"]
     with torch.no_grad():
         if len(projections) * n_labels * max(lengths) ** 2 <= max_cells:
             scores = span_scores(_pad(projections), n_labels, use_rope)
             valid = valid_cells(lengths, scores.shape[-1], max_length, scores.device)[:, None]
-            _collect(scores, valid & (scores > threshold), out, range(len(projections)))
+            _collect(scores, valid & (scores > threshold), out, range(len(projections)), caps=caps)
         else:
             for b, projection in enumerate(projections):
                 if lengths[b]:
-                    _predict_long(projection, n_labels, use_rope, max_length, threshold, max_cells, out[b])
-    for preds in out:
-        preds.sort(key=lambda p: (-p[3], p[0], p[1], p[2]))
+                    _predict_long(projection, n_labels, use_rope, max_length, threshold, max_cells, out[b], caps[b])
+    for b, preds in enumerate(out):
+        _best_first(preds, caps[b])
     return out
 
 
+def _best_first(preds: List[Prediction], cap: int = 0) -> None:
+    """Sort ``preds`` in place, highest score first, keeping the ``cap`` best (0: all)."""
+    preds.sort(key=lambda p: (-p[3], p[0], p[1], p[2]))
+    if cap:
+        del preds[cap:]
+
+
 def _collect(scores: torch.Tensor, hits: torch.Tensor, out: List[List[Prediction]], docs: Sequence[int],
-             first_row: int = 0, first_col: int = 0) -> None:
+             first_row: int = 0, first_col: int = 0, caps: Optional[Sequence[int]] = None) -> None:
     """Append the cells of ``hits`` (bool, like ``scores`` [B, L, R, C]) to ``out[docs[b]]``;
-    rows are start tokens counted from ``first_row``, columns end tokens from ``first_col``."""
-    values = scores[hits].tolist()  # same (row-major) order as nonzero()
-    for (b, label, i, j), value in zip(hits.nonzero().tolist(), values):
-        out[docs[b]].append((first_row + i, first_col + j + 1, label, float(value)))
+    rows are start tokens counted from ``first_row``, columns end tokens from
+    ``first_col``. ``caps[b]`` (if > 0): only the best ``caps[b]`` cells of
+    doc b are turned into Python tuples."""
+    for b in range(hits.shape[0]):
+        cells = hits[b].nonzero()  # [n, 3]: label, row, column
+        values = scores[b][hits[b]]  # same (row-major) order as nonzero()
+        cap = caps[b] if caps else 0
+        if cap and len(values) > cap:
+            best = torch.topk(values, cap).indices
+            cells, values = cells[best], values[best]
+        for (label, i, j), value in zip(cells.tolist(), values.tolist()):
+            out[docs[b]].append((first_row + i, first_col + j + 1, label, float(value)))
 
 
 def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_length: int, threshold: float,
-                  max_cells: int, out: List[Prediction]) -> None:
+                  max_cells: int, out: List[Prediction], cap: int = 0) -> None:
     """One doc, scored in blocks of start tokens: RoPE needs the absolute
     positions, so the start and end vectors are rotated once for the whole
     doc; each block's table is ``[L, rows, columns]``, the columns being
-    the end tokens a span of at most ``max_length`` tokens can reach."""
+    the end tokens a span of at most ``max_length`` tokens can reach. With
+    a ``cap``, the predictions are cut back to the ``cap`` best whenever
+    they reach twice that, so they never hold more."""
     X = _pad([projection])
     n = X.shape[1]
     q, k = start_end_vectors(X, n_labels, use_rope)  # [1, n, L, d]
@@ -294,7 +316,9 @@ def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_lengt
         valid = i[:, None] <= j[None, :]
         if max_length > 0:
             valid = valid & (j[None, :] - i[:, None] < max_length)
-        _collect(scores[None], (valid[None] & (scores > threshold))[None], [out], [0], start, start)
+        _collect(scores[None], (valid[None] & (scores > threshold))[None], [out], [0], start, start, [cap])
+        if cap and len(out) >= 2 * cap:
+            _best_first(out, cap)
 
 
 def all_scores(model: Model, projections: List[Floats2d]) -> List[numpy.ndarray]:

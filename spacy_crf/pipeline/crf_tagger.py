@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
-import srsly
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 from spacy import util
@@ -368,39 +367,26 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
     # --- serialization --------------------------------------------------------
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save cfg, vocab and weights as spaCy's pipes do, the lexicon's
-        words (if any) in the file ``lexicon`` and the user dictionary's
-        entries added through the API in the file ``user_dict``."""
+        """Save cfg, vocab and weights (with the tags they score, checked at
+        load) as spaCy's pipes do, the lexicon's words (if any) in the file
+        ``lexicon`` and the user dictionary's entries added through the API
+        in the file ``user_dict`` (:func:`spacy_crf.pipeline.load_checks.save_to_disk`)."""
         self._validate_serialization_attrs()
-        serialize = {
-            "cfg": lambda p: srsly.write_json(p, self.cfg),
-            "vocab": lambda p: self.vocab.to_disk(p, exclude=exclude),
-            "model": lambda p: self.model.to_disk(p),
-        }
-        if self.lexicon is not None:
-            serialize["lexicon"] = lambda p: srsly.write_msgpack(p, sorted(self.lexicon.words))
         # written even when empty, so that saving over an older save leaves no stale entries
-        serialize[_user_dict.FILE] = lambda p: p.write_text(_user_dict.to_json(self), encoding="utf8")
-        util.to_disk(path, serialize, exclude)
+        user_dict = {_user_dict.FILE: lambda p: p.write_text(_user_dict.to_json(self), encoding="utf8")}
+        checks.save_to_disk(self, util.ensure_path(path), exclude, user_dict)
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         """:meth:`to_disk` as bytes."""
         self._validate_serialization_attrs()
-        serialize = {
-            "cfg": lambda: srsly.json_dumps(self.cfg),
-            "vocab": lambda: self.vocab.to_bytes(exclude=exclude),
-            "model": self.model.to_bytes,
-        }
-        if self.lexicon is not None:
-            serialize["lexicon"] = lambda: srsly.msgpack_dumps(sorted(self.lexicon.words))
-        serialize[_user_dict.FILE] = lambda: _user_dict.to_json(self)
-        return util.to_bytes(serialize, exclude)
+        return checks.save_to_bytes(self, exclude, {_user_dict.FILE: lambda: _user_dict.to_json(self)})
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
         """Load the pipe from a directory, checking that it is whole: the cfg
-        has the labels, the weights load, their tag count matches the labels
-        and they are finite (:func:`spacy_crf.pipeline.load_checks.load_from_disk`).
-        Errors name the directory or the file."""
+        has the labels, the weights load, their tags match the labels (count
+        and order) and they are finite, the lexicon settings are valid
+        (:func:`spacy_crf.pipeline.load_checks.load_from_disk`). Errors name the directory
+        or the file."""
         self._validate_serialization_attrs()
         checks.load_from_disk(self, util.ensure_path(path), exclude)
         _user_dict.load_from_disk(self, util.ensure_path(path), exclude)

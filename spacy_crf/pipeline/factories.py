@@ -28,7 +28,7 @@ from spacy.tokens import Doc
 
 from .crf_tagger import CRFTagger
 from .user_dict import add_from_file
-from .span_ner import DEFAULT_SPAN_KEY, SpanNER
+from .span_ner import DEFAULT_MAX_LENGTH, DEFAULT_SPAN_KEY, SpanNER
 from ..ml.schemes import SchemeError, check_scheme
 from ..doc_keys import DEFAULT_SPANS_KEY
 
@@ -205,7 +205,7 @@ SPANS_WEIGHTS = {f"spans_{DEFAULT_SPAN_KEY}_{k}": v for k, v in (("f", 0.0), ("p
 @Language.factory(
     "span_ner",
     assigns=["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans"],
-    default_config={"model": DEFAULT_SPAN_MODEL, "spans_key": DEFAULT_SPAN_KEY, "max_length": 0,
+    default_config={"model": DEFAULT_SPAN_MODEL, "spans_key": DEFAULT_SPAN_KEY, "max_length": DEFAULT_MAX_LENGTH,
                     "threshold": 0.0, "scorer": {"@scorers": "spacy_crf.span_scorer.v1"},
                     "on_nonfinite": "raise"},
     default_score_weights={**ENTS_WEIGHTS, **SPANS_WEIGHTS},
@@ -226,7 +226,15 @@ def make_span_ner(
     highest-scoring non-overlapping ones to ``doc.ents``.
 
     model: a ``spacy_crf.SpanPointer.v1`` model.
-    max_length: longest span in tokens (0: no limit).
+    max_length: longest span in tokens, default 64 (the longest entity of
+        the project's NER training sets is 58 characters); longer spans are
+        neither scored nor learned, and the cost of a doc grows with
+        ``n * max_length`` instead of ``n²``. 0 means no limit, to be asked
+        for explicitly: every span of a doc is scored (2 million cells per
+        label for a 2,000-character doc), and time and memory grow with n².
+        Whatever the setting, a doc gets at most
+        ``span_ner.MAX_SPANS_PER_TOKEN`` (1) prediction per token and
+        label, the best ones (a warning says when a doc reaches that cap).
     threshold: the score above which a span is predicted (0 is the loss's
         decision boundary).
     scorer: ``spacy_crf.span_scorer.v1`` (``ents_*`` and ``spans_{spans_key}_*``).

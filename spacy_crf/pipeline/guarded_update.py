@@ -8,6 +8,11 @@ naming the component and the batch, or ``"skip"`` the batch with a warning.
 Either way nothing reaches the weights: the check runs before the
 backward pass is passed upstream (a shared encoder would otherwise receive
 the NaN) and before the optimizer step.
+
+A loss can also diverge while staying finite (a span head at a too large
+learning rate reaches 1e19 and stays there): a batch whose loss per token
+exceeds :data:`DIVERGENCE_FACTOR` times the first batch's (or 1 per token,
+if that is more) gets a warning, once per pipe.
 """
 import warnings
 from typing import Dict, Iterable, List, Optional
@@ -20,6 +25,9 @@ from ..doc_keys import quote_text
 
 #: values of the ``on_nonfinite`` setting
 ON_NONFINITE = ("raise", "skip")
+#: how many times the first batch's loss per token a batch's may reach before
+#: the divergence warning; a converging loss only falls below the first
+DIVERGENCE_FACTOR = 1e3
 
 
 def check_on_nonfinite(name: str, value: str) -> str:
@@ -37,6 +45,9 @@ class GuardedUpdate:
     # whether a batch was skipped (on_nonfinite = "skip")
     _grads_in = False
     _skipped = False
+    # the loss per token of the first batch with a loss; whether divergence was reported
+    _first_loss: Optional[float] = None
+    _warned_divergence = False
 
     def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None,
                losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
@@ -58,6 +69,7 @@ class GuardedUpdate:
         if problem:
             self._nonfinite(problem, examples)
             return losses
+        self._watch_divergence(loss, examples)
         backprop(d_outputs)
         problem = checks.nonfinite_grads(self.model)
         if problem:
@@ -83,10 +95,31 @@ class GuardedUpdate:
             return
         super().finish_update(sgd)
 
-    def _nonfinite(self, problem: str, examples: List[Example]) -> None:
-        first = examples[0].predicted
+    def _watch_divergence(self, loss: float, examples: List[Example]) -> None:
+        """Warn, once, when a finite loss has grown by orders of magnitude.
+        Per token, so that a batch of long docs is not mistaken for one; the
+        reference is at least 1 per token, so that fine-tuning a pipe whose
+        first loss is already near 0 does not warn at the first harder batch."""
+        per_token = loss / max(1, sum(len(eg.predicted) for eg in examples))
+        if self._first_loss is None:
+            if per_token > 0:
+                self._first_loss = per_token
+            return
+        if self._warned_divergence or per_token <= DIVERGENCE_FACTOR * max(self._first_loss, 1.0):
+            return
+        self._warned_divergence = True
+        warnings.warn(
+            f"[{self.name}] the training loss is diverging: {per_token:.3g} per token {self._where(examples)}, "
+            f"over {DIVERGENCE_FACTOR:g} times the first batch's {self._first_loss:.3g}: the learning rate "
+            "(or this head's lr_multiplier) is probably too large; lower it or set grad_clip. (Reported once.)", stacklevel=3)
+
+    @staticmethod
+    def _where(examples: List[Example]) -> str:
         n = len(examples)
-        where = f"in a batch of {n} doc{'s' if n != 1 else ''} starting with {quote_text(first, 40)}"
+        return f"in a batch of {n} doc{'s' if n != 1 else ''} starting with {quote_text(examples[0].predicted, 40)}"
+
+    def _nonfinite(self, problem: str, examples: List[Example]) -> None:
+        where = self._where(examples)
         if self.cfg.get("on_nonfinite", "raise") == "skip":
             self._skipped = True
             warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "

@@ -21,8 +21,10 @@ doc teaches this component nothing, as an NER-less doc of
 predicted tokens make the cells starting or ending inside them unknown
 for their label.
 """
+import warnings
 from itertools import islice
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy
 from thinc.api import Model
@@ -32,15 +34,24 @@ from spacy.pipeline import TrainablePipe
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.util import registry
+from spacy.util import ensure_path, registry
 from spacy.vocab import Vocab
 
+from . import load_checks as checks
 from .guarded_update import GuardedUpdate, check_on_nonfinite
 from ..ml import span_model
 from .forced_tags import preset_entity_tokens
 from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
+from ..doc_keys import quote_text
 
 DEFAULT_SPAN_KEY = "sc"
+#: the default longest span, in tokens: the longest entity of the project's
+#: NER training sets is 58 characters (Resume; MSRA 35, CLUENER 44, Weibo 11).
+#: 0 (no limit) scores and may predict n² spans per doc.
+DEFAULT_MAX_LENGTH = 64
+#: per doc, at most this many predictions per token and label (the best ones):
+#: an undertrained model can score nearly every cell above the threshold
+MAX_SPANS_PER_TOKEN = 1
 
 
 def score_span_ner(examples: Iterable[Example], spans_key: str = DEFAULT_SPAN_KEY, **kwargs) -> Dict:
@@ -71,7 +82,7 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         name: str = "span_ner",
         *,
         spans_key: str = DEFAULT_SPAN_KEY,
-        max_length: int = 0,
+        max_length: int = DEFAULT_MAX_LENGTH,
         threshold: float = 0.0,
         labels: Sequence[str] = (),
         scorer: Optional[Callable] = score_span_ner,
@@ -86,6 +97,7 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         self.scorer = scorer
         self.cfg = {"labels": list(labels), "spans_key": spans_key, "max_length": int(max_length),
                     "threshold": float(threshold), "on_nonfinite": on_nonfinite}
+        self._warned_cap = False
 
     @property
     def labels(self) -> tuple:
@@ -108,13 +120,25 @@ class SpanNER(GuardedUpdate, TrainablePipe):
 
     def predict(self, docs: Iterable[Doc]) -> List[List[Prediction]]:
         """Per doc, the spans scoring above ``threshold`` as ``(start, end,
-        label_id, score)`` (token offsets, end exclusive), best first."""
+        label_id, score)`` (token offsets, end exclusive), best first; at
+        most :data:`MAX_SPANS_PER_TOKEN` per token and label (the best ones,
+        with a warning the first time a doc reaches the cap)."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
             return [[] for _ in docs]
         self._require_initialized("predict")
         projections = self.model.predict(docs)
-        return span_model.predict_spans(self.model, projections, self.cfg["max_length"], self.cfg["threshold"])
+        caps = [MAX_SPANS_PER_TOKEN * len(doc) * len(self.labels) for doc in docs]
+        preds = span_model.predict_spans(self.model, projections, self.cfg["max_length"], self.cfg["threshold"],
+                                         max_spans=caps)
+        full = next((i for i, (p, cap) in enumerate(zip(preds, caps)) if cap and len(p) >= cap), None)
+        if full is not None and not self._warned_cap:
+            self._warned_cap = True
+            warnings.warn(f"[{self.name}] doc {quote_text(docs[full], 40)}: as many spans scored above the "
+                          f"threshold as the cap allows ({caps[full]}: {MAX_SPANS_PER_TOKEN} per token and label); "
+                          "only the best are kept. The model is probably undertrained, or threshold too low. "
+                          "(Reported once.)", stacklevel=2)
+        return preds
 
     def span_scores(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
         """Per doc, the full score table ``[n_labels, n, n]`` (``[l, i, j]``:
@@ -176,6 +200,30 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         layer.set_dim("nO", len(labels))
         docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
         self.model.initialize(X=docs)
+
+    # --- serialization --------------------------------------------------------
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Save cfg, vocab and weights (with the labels they score, in order)."""
+        self._validate_serialization_attrs()
+        checks.save_to_disk(self, ensure_path(path), exclude)
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """:meth:`to_disk` as bytes."""
+        self._validate_serialization_attrs()
+        return checks.save_to_bytes(self, exclude)
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SpanNER":
+        """Load the pipe with the checks of ``CRFTagger`` (:func:`spacy_crf.pipeline.load_checks.load_from_disk`):
+        the cfg has the labels, the weights load, score those labels in that
+        order and are finite. Errors name the directory or the file."""
+        self._validate_serialization_attrs()
+        return checks.load_from_disk(self, ensure_path(path), exclude)
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SpanNER":
+        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
+        self._validate_serialization_attrs()
+        return checks.load_from_bytes(self, bytes_data, exclude)
 
 
 def write_greedy_entities(doc: Doc, spans: Sequence[tuple]) -> None:

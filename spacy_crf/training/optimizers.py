@@ -54,10 +54,12 @@ class ParamGroupError(ValueError):
     pass
 
 
-# Hyperparameters that a schedule may drive; a NaN or inf in any of them
-# silently turns every weight into NaN, so they are checked at construction
-# and after every schedule step.
-_CHECKED_SETTINGS = ("learn_rate", "L2", "grad_clip", "b1", "b2", "eps")
+# Hyperparameters a schedule may drive, with their (exclusive) upper bound: a
+# NaN or inf turns every weight into NaN, a negative value trains backwards
+# (a negative learn_rate climbs the loss, a negative grad_clip flips the
+# clipped gradient); checked at construction and after every schedule step.
+_CHECKED_SETTINGS = {"learn_rate": math.inf, "L2": math.inf, "grad_clip": math.inf, "b1": 1.0, "b2": 1.0,
+                     "eps": math.inf}
 
 
 def _check_finite(name: str, value: float, context: str = "") -> None:
@@ -77,17 +79,13 @@ class ParamGroup:
 
     def __init__(self, name: str, patterns: Sequence[str], lr_multiplier: float):
         if isinstance(patterns, str):
-            raise ParamGroupError(
-                f"Parameter group {name!r}: `patterns` must be a list of glob "
-                f"patterns, got the string {patterns!r}."
-            )
+            raise ParamGroupError(f"Parameter group {name!r}: `patterns` must be a list of glob "
+                                  f"patterns, got the string {patterns!r}.")
         if not patterns:
             raise ParamGroupError(f"Parameter group {name!r} has no patterns.")
         _check_finite(f"Parameter group {name!r}: lr_multiplier", lr_multiplier)
         if not lr_multiplier > 0:
-            raise ParamGroupError(
-                f"Parameter group {name!r}: lr_multiplier must be > 0, got {lr_multiplier}."
-            )
+            raise ParamGroupError(f"Parameter group {name!r}: lr_multiplier must be > 0, got {lr_multiplier}.")
         self.name = name
         self.patterns = tuple(patterns)
         self.lr_multiplier = float(lr_multiplier)
@@ -175,9 +173,12 @@ class GroupedOptimizer(Optimizer):
         self._scales: Dict[str, Tuple[Optional[str], float]] = {}
 
     def _check_settings(self) -> None:
-        for name in _CHECKED_SETTINGS:
-            where = " (a value of its schedule)" if name in self.schedules else ""
-            _check_finite(name, getattr(self, name), where)
+        for name, upper in _CHECKED_SETTINGS.items():
+            where, value = " (a value of its schedule)" if name in self.schedules else "", getattr(self, name)
+            _check_finite(name, value, where)
+            if not 0 <= value < upper:
+                bound = ">= 0" + (f" and < {upper:g}" if upper < math.inf else "")
+                raise ParamGroupError(f"{name} must be {bound}, got {value}{where}: it would train the wrong way.")
 
     def step_schedules(self) -> None:
         super().step_schedules()
