@@ -7,6 +7,8 @@ from spacy.tokens import Doc
 
 #: Span group that receives the predicted words of a segmenter.
 DEFAULT_SPANS_KEY = "words"
+#: Span group that receives the spans of ``span_ner`` (spaCy's ``spancat`` default).
+DEFAULT_SPAN_KEY = "sc"
 #: ``doc.user_data`` flag set by ``spacy_crf.JointCorpus.v1`` on a reference
 #: doc whose tokens are not gold words (an NER doc, tokenized into characters):
 #: the segmenter learns nothing from it and word scores skip it.

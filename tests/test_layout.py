@@ -44,3 +44,19 @@ def test_old_from_imports_and_monkeypatches_reach_the_new_module(monkeypatch):
     assert old_model is tagger_model
     monkeypatch.setattr("spacy_crf.model.TRANSITION_INIT_SCALE", 0.5)
     assert tagger_model.TRANSITION_INIT_SCALE == 0.5
+
+
+def test_both_trainable_heads_share_one_base_and_every_scorer_lives_in_scorers():
+    from spacy.util import registry
+
+    from spacy_crf.pipeline import scorers
+    from spacy_crf.pipeline.crf_tagger import CRFTagger
+    from spacy_crf.pipeline.span_ner import SpanNER
+    from spacy_crf.pipeline.trainable_head import TrainableHead
+
+    assert issubclass(CRFTagger, TrainableHead) and issubclass(SpanNER, TrainableHead)
+    for method in ("to_disk", "to_bytes", "from_disk", "from_bytes", "update", "labels"):
+        assert method not in vars(CRFTagger) and method not in vars(SpanNER), method
+    for name, target in (entry[1:] for entry in _entry_points() if entry[0] == "spacy_scorers"):
+        assert target.startswith("spacy_crf.pipeline.scorers:"), (name, target)
+        assert registry.scorers.get(name).__module__ == scorers.__name__

@@ -39,24 +39,23 @@ parameters: the encoder's own update is that component's business.
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
-from spacy import util
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from . import forced_tags as forced, load_checks as checks
+from . import forced_tags as forced
 from . import user_dict as _user_dict, user_dict_decoding as _decoding
 from ..ml import tagger_model as crf_model
 from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
-from .guarded_update import ON_NONFINITE, GuardedUpdate, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from .guarded_update import ON_NONFINITE, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from .trainable_head import TrainableHead
 from .lexicon import Lexicon, set_lexicon
 from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
 from ..ml.schemes import (SchemeError, TransitionMask, check_labels, check_scheme, make_tags, tags_to_spans,
@@ -66,7 +65,7 @@ from ..ml.transitions import TransitionTable
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
 
-class CRFTagger(GuardedUpdate, TrainablePipe):
+class CRFTagger(TrainableHead):
     """Label token sequences with a linear-chain CRF over token features."""
 
     nonfinite_causes = ("a too large learning rate or CRF multiplier, no grad_clip, NaN features from an "
@@ -116,17 +115,9 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         return self.cfg["scheme"]
 
     @property
-    def labels(self) -> Tuple[str, ...]:
-        return tuple(self.cfg["labels"])
-
-    @property
     def tags(self) -> List[str]:
         """The tag inventory; tag ids index this list."""
         return make_tags(self.scheme, self.labels)
-
-    @property
-    def label_data(self) -> List[str]:
-        return list(self.labels)
 
     @property
     def constraints(self) -> TransitionMask:
@@ -260,12 +251,8 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
                 continue
             forced.write_entities(doc, self.scheme, seq)
 
-    def _require_initialized(self, what: str) -> None:
-        if not crf_model.is_initialized(self.model):
-            raise ValueError(
-                f"[{self.name}] {what}: the component is not initialized (its model has no "
-                "weights). Call nlp.initialize() or load a trained pipeline first."
-            )
+    def _is_initialized(self) -> bool:
+        return crf_model.is_initialized(self.model)
 
     # --- training -------------------------------------------------------------
 
@@ -364,37 +351,15 @@ class CRFTagger(GuardedUpdate, TrainablePipe):
         transitions, start, end = crf_model.transition_scores(self.model)
         return TransitionTable(self.tags, transitions, start, end, self.constraints)
 
-    # --- serialization --------------------------------------------------------
+    # --- serialization (TrainableHead) ----------------------------------------
 
-    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save cfg, vocab and weights (with the tags they score, checked at
-        load) as spaCy's pipes do, the lexicon's words (if any) in the file
-        ``lexicon`` and the user dictionary's entries added through the API
-        in the file ``user_dict`` (:func:`spacy_crf.pipeline.load_checks.save_to_disk`)."""
-        self._validate_serialization_attrs()
-        # written even when empty, so that saving over an older save leaves no stale entries
-        user_dict = {_user_dict.FILE: lambda p: p.write_text(_user_dict.to_json(self), encoding="utf8")}
-        checks.save_to_disk(self, util.ensure_path(path), exclude, user_dict)
+    def _extra_files(self) -> Dict[str, Callable[[], str]]:
+        # the user dictionary's entries added through the API; written even when
+        # empty, so that saving over an older save leaves no stale entries
+        return {_user_dict.FILE: lambda: _user_dict.to_json(self)}
 
-    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        """:meth:`to_disk` as bytes."""
-        self._validate_serialization_attrs()
-        return checks.save_to_bytes(self, exclude, {_user_dict.FILE: lambda: _user_dict.to_json(self)})
-
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
-        """Load the pipe from a directory, checking that it is whole: the cfg
-        has the labels, the weights load, their tags match the labels (count
-        and order) and they are finite, the lexicon settings are valid
-        (:func:`spacy_crf.pipeline.load_checks.load_from_disk`). Errors name the directory
-        or the file."""
-        self._validate_serialization_attrs()
-        checks.load_from_disk(self, util.ensure_path(path), exclude)
-        _user_dict.load_from_disk(self, util.ensure_path(path), exclude)
-        return self
-
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "CRFTagger":
-        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
-        self._validate_serialization_attrs()
-        checks.load_from_bytes(self, bytes_data, exclude)
-        _user_dict.load_from_bytes(self, bytes_data, exclude)
-        return self
+    def _load_extra(self, path_or_bytes: Union[Path, bytes], exclude: Iterable[str]) -> None:
+        if isinstance(path_or_bytes, bytes):
+            _user_dict.load_from_bytes(self, path_or_bytes, exclude)
+        else:
+            _user_dict.load_from_disk(self, path_or_bytes, exclude)

@@ -17,7 +17,7 @@ from spacy.util import registry
 
 from ..corpora.sighan import read_word_set
 from ..ml.schemes import BMES_TAGS, tags_to_spans
-from ..doc_keys import DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
+from ..doc_keys import DEFAULT_SPAN_KEY, DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
 
 
 def predicted_words(doc: Doc, spans_key: Optional[str] = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
@@ -202,3 +202,21 @@ def make_tags_scorer() -> Callable:
 @registry.scorers("spacy_crf.bmes_tag_words_scorer.v1")
 def make_bmes_tag_words_scorer() -> Callable:
     return score_bmes_tag_words
+
+
+def score_span_ner(examples: Iterable[Example], spans_key: str = DEFAULT_SPAN_KEY, **kwargs) -> Dict:
+    """``ents_p/r/f`` + ``ents_per_type`` (``doc.ents``, as spaCy's ``ner``) and
+    ``spans_{spans_key}_p/r/f`` + ``_per_type`` (the span group, overlaps allowed,
+    over reference docs that have that group)."""
+    examples = list(examples)
+    scores = dict(get_ner_prf(examples))
+    scores.update(Scorer.score_spans(
+        examples, f"spans_{spans_key}", getter=lambda doc, attr: doc.spans.get(spans_key, []),
+        has_annotation=lambda doc: spans_key in doc.spans, labeled=True, allow_overlap=True,
+    ))
+    return scores
+
+
+@registry.scorers("spacy_crf.span_scorer.v1")
+def make_span_scorer() -> Callable:
+    return score_span_ner

@@ -23,28 +23,24 @@ for their label.
 """
 import warnings
 from itertools import islice
-from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Callable, Iterable, List, Optional, Sequence
 
 import numpy
 from thinc.api import Model
 from thinc.types import Floats2d
 from spacy.language import Language
-from spacy.pipeline import TrainablePipe
-from spacy.scorer import Scorer, get_ner_prf
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
-from spacy.util import ensure_path, registry
 from spacy.vocab import Vocab
 
-from . import load_checks as checks
-from .guarded_update import GuardedUpdate, check_on_nonfinite
+from .guarded_update import check_on_nonfinite
+from .scorers import make_span_scorer, score_span_ner  # noqa: F401 (their home before; the default scorer)
+from .trainable_head import TrainableHead
 from ..ml import span_model
 from .forced_tags import preset_entity_tokens
 from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
-from ..doc_keys import quote_text
+from ..doc_keys import DEFAULT_SPAN_KEY, quote_text
 
-DEFAULT_SPAN_KEY = "sc"
 #: the default longest span, in tokens: the longest entity of the project's
 #: NER training sets is 58 characters (Resume; MSRA 35, CLUENER 44, Weibo 11).
 #: 0 (no limit) scores and may predict n² spans per doc.
@@ -54,25 +50,7 @@ DEFAULT_MAX_LENGTH = 64
 MAX_SPANS_PER_TOKEN = 1
 
 
-def score_span_ner(examples: Iterable[Example], spans_key: str = DEFAULT_SPAN_KEY, **kwargs) -> Dict:
-    """``ents_p/r/f`` + ``ents_per_type`` (``doc.ents``, as spaCy's ``ner``) and
-    ``spans_{spans_key}_p/r/f`` + ``_per_type`` (the span group, overlaps allowed,
-    over reference docs that have that group)."""
-    examples = list(examples)
-    scores = dict(get_ner_prf(examples))
-    scores.update(Scorer.score_spans(
-        examples, f"spans_{spans_key}", getter=lambda doc, attr: doc.spans.get(spans_key, []),
-        has_annotation=lambda doc: spans_key in doc.spans, labeled=True, allow_overlap=True,
-    ))
-    return scores
-
-
-@registry.scorers("spacy_crf.span_scorer.v1")
-def make_span_scorer() -> Callable:
-    return score_span_ner
-
-
-class SpanNER(GuardedUpdate, TrainablePipe):
+class SpanNER(TrainableHead):
     """Entities, nested ones included, from a span-scoring (pointer) head."""
 
     def __init__(
@@ -98,14 +76,6 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         self.cfg = {"labels": list(labels), "spans_key": spans_key, "max_length": int(max_length),
                     "threshold": float(threshold), "on_nonfinite": on_nonfinite}
         self._warned_cap = False
-
-    @property
-    def labels(self) -> tuple:
-        return tuple(self.cfg["labels"])
-
-    @property
-    def label_data(self) -> List[str]:
-        return list(self.labels)
 
     def add_label(self, label: str) -> int:
         if label in self.labels:
@@ -160,10 +130,8 @@ class SpanNER(GuardedUpdate, TrainablePipe):
                                        attrs={"scores": numpy.asarray([p[3] for p in preds], dtype="f")})
             write_greedy_entities(doc, [(s, e, labels[l]) for s, e, l, _ in preds])
 
-    def _require_initialized(self, what: str) -> None:
-        if not span_model.is_initialized(self.model):
-            raise ValueError(f"[{self.name}] {what}: the component is not initialized (its model has no "
-                             "weights). Call nlp.initialize() or load a trained pipeline first.")
+    def _is_initialized(self) -> bool:
+        return span_model.is_initialized(self.model)
 
     # --- training -------------------------------------------------------------
 
@@ -200,30 +168,6 @@ class SpanNER(GuardedUpdate, TrainablePipe):
         layer.set_dim("nO", len(labels))
         docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
         self.model.initialize(X=docs)
-
-    # --- serialization --------------------------------------------------------
-
-    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        """Save cfg, vocab and weights (with the labels they score, in order)."""
-        self._validate_serialization_attrs()
-        checks.save_to_disk(self, ensure_path(path), exclude)
-
-    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
-        """:meth:`to_disk` as bytes."""
-        self._validate_serialization_attrs()
-        return checks.save_to_bytes(self, exclude)
-
-    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "SpanNER":
-        """Load the pipe with the checks of ``CRFTagger`` (:func:`spacy_crf.pipeline.load_checks.load_from_disk`):
-        the cfg has the labels, the weights load, score those labels in that
-        order and are finite. Errors name the directory or the file."""
-        self._validate_serialization_attrs()
-        return checks.load_from_disk(self, ensure_path(path), exclude)
-
-    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "SpanNER":
-        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
-        self._validate_serialization_attrs()
-        return checks.load_from_bytes(self, bytes_data, exclude)
 
 
 def write_greedy_entities(doc: Doc, spans: Sequence[tuple]) -> None:

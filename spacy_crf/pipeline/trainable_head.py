@@ -1,0 +1,82 @@
+"""What both trainable heads share (:class:`~.crf_tagger.CRFTagger` and
+:class:`~.span_ner.SpanNER`): the guarded update, labels kept in ``cfg``,
+the "not initialized" error, and serialization through the load checks of
+:mod:`.load_checks` (every save stores the outputs the weights score, every
+load checks cfg, weights, finiteness and that order, naming the file).
+
+A head adds its own files through :meth:`TrainableHead._extra_files` /
+:meth:`TrainableHead._load_extra` and says what "initialized" means in
+:meth:`TrainableHead._is_initialized`.
+"""
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Tuple, Union
+
+from spacy.pipeline import TrainablePipe
+from spacy.util import ensure_path
+
+from . import load_checks
+from .guarded_update import GuardedUpdate
+
+
+class TrainableHead(GuardedUpdate, TrainablePipe):
+    """A ``TrainablePipe`` with the package's update guard and load checks."""
+
+    # --- labels ---------------------------------------------------------------
+
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    def _is_initialized(self) -> bool:
+        raise NotImplementedError
+
+    def _require_initialized(self, what: str) -> None:
+        if not self._is_initialized():
+            raise ValueError(
+                f"[{self.name}] {what}: the component is not initialized (its model has no "
+                "weights). Call nlp.initialize() or load a trained pipeline first."
+            )
+
+    # --- serialization --------------------------------------------------------
+
+    def _extra_files(self) -> Dict[str, Callable[[], str]]:
+        """Further files saved beside cfg and weights: name -> their text."""
+        return {}
+
+    def _load_extra(self, path_or_bytes: Union[Path, bytes], exclude: Iterable[str]) -> None:
+        """Read what :meth:`_extra_files` saved (after the checked load)."""
+
+    def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
+        """Save cfg, vocab and weights as spaCy's pipes do, with the outputs the
+        weights score (labels or tags, in order), checked at load
+        (:func:`~.load_checks.save_to_disk`), and the head's further files."""
+        self._validate_serialization_attrs()
+        extra = {name: (lambda p, text=text: p.write_text(text(), encoding="utf8"))
+                 for name, text in self._extra_files().items()}
+        load_checks.save_to_disk(self, ensure_path(path), exclude, extra)
+
+    def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
+        """:meth:`to_disk` as bytes."""
+        self._validate_serialization_attrs()
+        return load_checks.save_to_bytes(self, exclude, self._extra_files())
+
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()):
+        """Load the pipe from a directory, checking that it is whole: the cfg
+        has the labels, the weights load, score those outputs in that order
+        and are finite (:func:`~.load_checks.load_from_disk`). Errors name
+        the directory or the file."""
+        self._validate_serialization_attrs()
+        load_checks.load_from_disk(self, ensure_path(path), exclude)
+        self._load_extra(ensure_path(path), exclude)
+        return self
+
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()):
+        """Load the pipe from bytes, with the checks of :meth:`from_disk`."""
+        self._validate_serialization_attrs()
+        load_checks.load_from_bytes(self, bytes_data, exclude)
+        self._load_extra(bytes_data, exclude)
+        return self
