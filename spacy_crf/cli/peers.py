@@ -65,7 +65,7 @@ def measure_peers(texts: List[str], repeats: int) -> List[Dict[str, Any]]:
     that fails to load or run is reported with its error instead."""
     from importlib.metadata import PackageNotFoundError, version
 
-    results = []
+    results: List[Dict[str, Any]] = []
     for name, load in PEERS.items():
         try:
             segment = load()

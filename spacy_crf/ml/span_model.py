@@ -72,7 +72,7 @@ def build_span_pointer(
     if rope and width % 2:
         raise ValueError(f"SpanPointer: width must be even with rope = true, got {width}.")
     projection = SpanProjection(nO=nO, width=width)
-    model = chain(tok2vec, projection)
+    model: Model = chain(tok2vec, projection)
     model.set_ref("tok2vec", tok2vec)
     model.set_ref("span_projection", projection)
     model.attrs["span_width"] = width

@@ -76,7 +76,7 @@ def build_crf_tagger(
     layers = [tok2vec, emissions]
     if use_crf:
         layers.append(CRF(nO=nO, use_start_end=use_start_end))
-    model = chain(*layers)
+    model: Model[List[Doc], List[Floats2d]] = chain(*layers)
     model.set_ref("tok2vec", tok2vec)
     model.set_ref("emissions", emissions)
     if use_crf:

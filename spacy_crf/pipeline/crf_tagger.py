@@ -39,7 +39,7 @@ parameters: the encoder's own update is that component's business.
 """
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy
 from thinc.api import Model
@@ -120,7 +120,7 @@ class CRFTagger(TrainableHead):
         return make_tags(self.scheme, self.labels)
 
     @property
-    def constraints(self) -> TransitionMask:
+    def constraints(self) -> Optional[TransitionMask]:
         tags = tuple(self.tags)
         if self._mask_cache[0] != tags:
             self._mask_cache = (tags, transition_mask(self.scheme, tags))
@@ -161,7 +161,7 @@ class CRFTagger(TrainableHead):
         around the tags forced by the doc (see :meth:`tag_mask`)."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
-            return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]
+            return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]  # type: ignore[misc]  # thinc's nominal Ints1d
         self._require_initialized("predict")
         scores = self.emission_scores(docs)
         return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
@@ -176,7 +176,7 @@ class CRFTagger(TrainableHead):
         confidence 1."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
-            return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]
+            return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]  # type: ignore[misc]
         self._require_initialized("predict_marginals")
         scores = self.emission_scores(docs)
         masks = [self.tag_mask(doc, preset=respect_preset) for doc in docs]
@@ -191,7 +191,8 @@ class CRFTagger(TrainableHead):
         if self.lexicon is not None and weight:
             tags = self.tags
             ops = self.model.ops
-            scores = [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight)) for s, doc in zip(scores, docs)]
+            scores = [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight))  # type: ignore[arg-type]
+                      for s, doc in zip(scores, docs)]
         return _decoding.add_prior(self, docs, scores)
 
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
@@ -256,10 +257,13 @@ class CRFTagger(TrainableHead):
 
     # --- training -------------------------------------------------------------
 
-    def get_loss(self, examples: Iterable[Example], scores: List[Floats2d]) -> Tuple[float, List[Floats2d]]:
-        """Negative log-likelihood of the gold tags, summed over the docs."""
+    def get_loss(self, examples: Iterable[Example],
+                 scores: List[Floats2d]) -> Tuple[float, Union[crf_model.CRFGradient, List[Floats2d]]]:
+        """Negative log-likelihood of the gold tags, summed over the docs, and
+        its gradient (a ``CRFGradient`` with a CRF layer, see
+        :func:`~spacy_crf.ml.tagger_model.crf_loss`)."""
         validate_examples(examples, "CRFTagger.get_loss")
-        gold = [self._gold_tag_ids(eg) for eg in examples]
+        gold: List[Ints1d] = [self._gold_tag_ids(eg) for eg in examples]  # type: ignore[misc]
         return crf_model.crf_loss(
             self.model,
             scores,
@@ -333,7 +337,7 @@ class CRFTagger(TrainableHead):
         self.model.initialize(X=docs)
 
     def _labels_from(self, examples: Iterable[Example]) -> List[str]:
-        found = set()
+        found: Set[str] = set()
         for eg in examples:
             if self.scheme in ("bio", "bioes"):
                 found.update(ent.label_ for ent in eg.reference.ents)

@@ -15,9 +15,9 @@ exceeds :data:`DIVERGENCE_FACTOR` times the first batch's (or 1 per token,
 if that is more) gets a warning, once per pipe.
 """
 import warnings
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from thinc.api import set_dropout_rate
+from thinc.api import Model, set_dropout_rate
 from spacy.training import Example, validate_examples
 
 from . import load_checks as checks
@@ -43,6 +43,14 @@ class GuardedUpdate:
     nonfinite_causes = "a too large learning rate, no grad_clip, NaN features from an upstream encoder, or NaN weights"
     # since the last optimizer step: whether a batch's gradients went in,
     # whether a batch was skipped (on_nonfinite = "skip")
+    # what the TrainablePipe it is mixed into provides
+    name: str
+    model: Model
+    cfg: Dict[str, Any]
+
+    def get_loss(self, examples: Iterable[Example], outputs: Any) -> Tuple[float, Any]:
+        raise NotImplementedError
+
     _grads_in = False
     _skipped = False
     # the loss per token of the first batch with a loss; whether divergence was reported
@@ -93,7 +101,7 @@ class GuardedUpdate:
         if skipped_only:
             checks.zero_grads(self.model)
             return
-        super().finish_update(sgd)
+        super().finish_update(sgd)  # type: ignore[misc]  # TrainablePipe's, after this mixin
 
     def _watch_divergence(self, loss: float, examples: List[Example]) -> None:
         """Warn, once, when a finite loss has grown by orders of magnitude.

@@ -14,7 +14,7 @@ emission layer would learn to cancel a constant it sees in training. Tune
 ``weight`` on a dev set (the project's ``lexicon-tune`` command).
 """
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.tokens import Doc
@@ -113,8 +113,9 @@ def _runs(doc: Doc):
     the token (relative to ``first``) that starts there, or the run's length
     at its end. A run stops at a space token and after a token followed by a
     space."""
-    first, text, token_at = 0, [], {0: 0}
-    offset = 0
+    first, offset = 0, 0
+    text: List[str] = []
+    token_at: Dict[int, int] = {0: 0}
     for token in doc:
         if token.is_space:
             if len(token_at) > 2:

@@ -13,7 +13,7 @@ are permuted (or renamed) is refused instead of predicting the wrong labels.
 """
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy
 import srsly
@@ -198,7 +198,7 @@ def load_from_disk(pipe, path: Path, exclude: Iterable[str]):
                 raise ValueError(f"[{pipe.name}] cannot read the lexicon {str(p)!r}: {e}") from None
         _load_lexicon(pipe, words, where, f"the lexicon file {str(p)!r}")
 
-    deserialize = {
+    deserialize: Dict[str, Callable[[Path], Any]] = {
         "cfg": load_cfg,
         "vocab": lambda p: pipe.vocab.from_disk(p, exclude=exclude),
         "model": load_model,

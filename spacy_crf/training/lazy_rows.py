@@ -84,7 +84,7 @@ class LazyRowsOptimizer(Optimizer):
             )
         if len(numpy.unique(rows)) != len(rows):
             raise ValueError(f"update_rows: {key[1]!r}: rows must be distinct (sum the duplicates first).")
-        nonzero = row_gradient.any(axis=1)
+        nonzero: numpy.ndarray = row_gradient.any(axis=1)
         self._update_rows(
             key, weights, rows[nonzero], row_gradient[nonzero], *self._lazy_scales(key, lr_scale)
         )

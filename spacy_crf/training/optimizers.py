@@ -110,6 +110,7 @@ class GroupedOptimizer(LazyRowsOptimizer):
     def _layer_factor(self, param_name: str) -> float:
         if self.layer_lr_decay == 1.0:
             return 1.0
+        assert self.num_layers is not None  # required with a layer decay (checked in __init__)
         match = self.layer_pattern.search(param_name)
         if match:
             depth = self.num_layers - 1 - int(match.group(1))
