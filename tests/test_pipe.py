@@ -713,3 +713,17 @@ def test_a_diverging_crf_loss_warns_once():
             nlp.update(examples, sgd=optimizer)
     diverging = [str(w.message) for w in caught if "diverging" in str(w.message)]
     assert len(diverging) == 1 and diverging[0].startswith("[crf_tagger] the training loss is diverging")
+
+
+def test_decode_from_given_scores_is_predict_and_takes_an_extra_bias(ner_nlp):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    docs = [ner_nlp.make_doc(t) for t in ["张三去北京工作", "今天李四在上海"]]
+    scores = pipe.emission_scores(docs)
+    assert all((a == b).all() for a, b in zip(pipe.decode(docs, scores), pipe.predict(docs)))
+    outside = pipe.tags.index("O")
+    biased = [s.copy() for s in scores]
+    for s in biased:
+        s[:, outside] += 1e4  # a prior strong enough to win everywhere
+    assert all((ids == outside).all() for ids in pipe.decode(docs, biased))
+    with pytest.raises(ValueError, match=r"decode: expected one \[len\(doc\), \d+\] score array per doc"):
+        pipe.decode(docs, scores[:1])

@@ -95,3 +95,22 @@ def test_a_training_seed_does_not_change_the_data():
     script = " ".join(corpus["script"])
     assert "--seed ${vars.split_seed}" in script and "${vars.seed}" not in script
     assert project["vars"]["split_seed"] == 3
+
+
+def test_no_project_script_imports_another_scripts_private_name():
+    import ast
+
+    scripts = ROOT / "project" / "scripts"
+    names = {p.stem for p in scripts.glob("*.py")}
+    found = []
+    for path in sorted(scripts.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in names:
+                found += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert not found, found
+
+
+def test_no_project_script_decodes_past_the_pipe():
+    # scripts decode through the pipe's public API (CRFTagger.decode), not the model module
+    scripts = ROOT / "project" / "scripts"
+    assert not [p.name for p in scripts.glob("*.py") if "tagger_model" in p.read_text(encoding="utf-8")]

@@ -42,7 +42,7 @@ from oov import oov_breakdown, summary_lines
 TASKS = ("cws", "ner")
 
 
-def _predict(nlp: Language, refs: List[Doc], batch_size: int, n_process: int = 1):
+def predict_docs(nlp: Language, refs: List[Doc], batch_size: int, n_process: int = 1):
     """Predict the texts of ``refs``; speed is measured after one untimed warm-up batch."""
     texts = [doc.text for doc in refs]
     list(nlp.pipe(texts[:batch_size]))  # warm-up (lazy init, allocations): not timed
@@ -59,7 +59,7 @@ def evaluate_cws(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = 
     """Word P/R/F of ``nlp`` on word-tokenized ``refs``; with ``iv_words``
     also OOV/IV recall and where the OOV words are lost (``oov``:
     :func:`oov.oov_breakdown`)."""
-    docs, speed = _predict(nlp, refs, batch_size)
+    docs, speed = predict_docs(nlp, refs, batch_size)
     for doc in docs:
         if spans_key not in doc.spans and any(t.tag_ for t in doc):
             words_from_tags(doc, spans_key)
@@ -72,7 +72,7 @@ def evaluate_cws(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = 
 
 def evaluate_ner(nlp: Language, refs: List[Doc], batch_size: int = 128) -> Dict[str, Any]:
     """Entity P/R/F and per-type scores of ``nlp`` on char-tokenized ``refs``."""
-    docs, speed = _predict(nlp, refs, batch_size)
+    docs, speed = predict_docs(nlp, refs, batch_size)
     scores = get_ner_prf([Example(d, r) for d, r in zip(docs, refs)])
     return {"scores": scores, "speed": speed}
 

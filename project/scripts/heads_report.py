@@ -37,7 +37,7 @@ from spacy.scorer import Scorer, get_ner_prf
 from spacy.training import Example
 
 from compare_report import dev_curve
-from evaluate import _predict, read_docbin
+from evaluate import predict_docs, read_docbin
 from readme_block import replace_block
 from seed_report import cell, parse_report_args
 from spacy_crf.plots import finish_axes, save_figure, subplots
@@ -68,7 +68,7 @@ def score_model(model: Path, data: Path, limit: int) -> Dict:
     refs = list(read_docbin(data).get_docs(nlp.vocab))
     if limit:
         refs = refs[:limit]
-    docs, speed = _predict(nlp, refs, batch_size=128)
+    docs, speed = predict_docs(nlp, refs, batch_size=128)
     examples = [Example(d, r) for d, r in zip(docs, refs)]
     scores = dict(get_ner_prf(examples))
     nested = Scorer.score_spans(examples, MENTIONS_KEY, getter=mentions, allow_overlap=True, labeled=True)

@@ -24,7 +24,6 @@ from spacy.training import Example
 from spacy.util import minibatch
 from tqdm import tqdm
 
-from spacy_crf.ml import tagger_model as crf_model
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 from spacy_crf.pipeline.scorers import predicted_words, score_words
 from spacy_crf.files import write_json_atomic
@@ -49,15 +48,13 @@ def tune(nlp: Language, refs: List[Doc], iv_words: Set[str], lexicon: Lexicon, w
             docs = list(proc.pipe(docs))
         if not any(len(doc) for doc in docs):
             continue
-        masks = [segmenter.tag_mask(doc) for doc in docs]
         emissions = segmenter.model.predict(docs)  # the model alone: no prior yet
         found = [lexicon.matches(doc) for doc in docs]
         matched += sum(map(len, found))
         priors = [segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0, matches))
                   for doc, matches in zip(docs, found)]
         for weight in weights:
-            ids = crf_model.decode(segmenter.model, [e + weight * p for e, p in zip(emissions, priors)],
-                                   segmenter.constraints, masks)
+            ids = segmenter.decode(docs, [e + weight * p for e, p in zip(emissions, priors)])
             segmenter.set_annotations(docs, ids)
             for doc, ref in zip(docs, batch):
                 by_weight[weight].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))

@@ -38,7 +38,6 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import minibatch
 
-from spacy_crf.ml import tagger_model as crf_model
 from spacy_crf.corpora import read_word_set
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.scorers import predicted_words, reference_words, score_words
@@ -161,19 +160,18 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
         docs = [nlp.make_doc(ref.text) for ref in batch]
         for proc in before:
             docs = list(proc.pipe(docs))
-        masks = [segmenter.tag_mask(doc) for doc in docs]
         emissions = segmenter.model.predict(docs) if any(len(doc) for doc in docs) else []
         for bias in biases:
             shifted = [scores.copy() for scores in emissions]
             for scores in shifted:
                 scores[:, continue_cols] += bias
-            ids = crf_model.decode(segmenter.model, shifted, segmenter.constraints, masks) if shifted else []
+            ids = segmenter.decode(docs, shifted) if shifted else []
             segmenter.set_annotations(docs, ids)
             for doc, ref in zip(docs, batch):
                 by_bias[bias].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))
         # the model's own output, for the entity and piece probes: what segmenter.predict
         # decodes, from the emissions already computed (it would run the emission layer again)
-        own = crf_model.decode(segmenter.model, emissions, segmenter.constraints, masks) if emissions else \
+        own = segmenter.decode(docs, emissions) if emissions else \
             segmenter.predict(docs)  # no tokens at all: predict gives each doc its empty tags
         segmenter.set_annotations(docs, own)
         for proc in after:

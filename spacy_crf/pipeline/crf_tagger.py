@@ -163,7 +163,17 @@ class CRFTagger(TrainableHead):
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc),), dtype="int64") for doc in docs]  # type: ignore[misc]  # thinc's nominal Ints1d
         self._require_initialized("predict")
-        scores = self.emission_scores(docs)
+        return self.decode(docs, self.emission_scores(docs))
+
+    def decode(self, docs: List[Doc], scores: List[Floats2d]) -> List[Ints1d]:
+        """Best tag ids for ``docs`` from the given emission ``scores``
+        (``[len(doc), n_tags]`` per doc), with the scheme's constraints and the
+        tags each doc forces: what :meth:`predict` does after
+        :meth:`emission_scores`, for a caller that changes the scores first
+        (e.g. tuning a lexicon's weight on a dev set)."""
+        if len(scores) != len(docs) or any(s.shape != (len(d), len(self.tags)) for s, d in zip(scores, docs)):
+            raise ValueError(f"[{self.name}] decode: expected one [len(doc), {len(self.tags)}] score array per doc, "
+                             f"got shapes {[tuple(s.shape) for s in scores]} for {len(docs)} docs")
         return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
 
     def predict_marginals(self, docs: Iterable[Doc], *, respect_preset: bool = False) -> List[Floats2d]:
