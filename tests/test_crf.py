@@ -149,11 +149,18 @@ def padded_batch(rows: List[torch.Tensor], fill=float("nan"), extra_columns: int
     return emissions, mask
 
 
-@pytest.fixture(params=["bulk", "lazy"])
+KERNELS = {
+    "torch search, bulk backtrace": (crf._search_torch, crf._backtrace_bulk),
+    "torch search, numpy backtrace": (crf._search_torch, crf._backtrace_numpy),
+    "numpy search, numpy backtrace": (crf._search_numpy, crf._backtrace_numpy),
+    "numpy search, bulk backtrace": (crf._search_numpy, crf._backtrace_bulk),
+}
+
+
+@pytest.fixture(params=sorted(KERNELS))
 def backtrace(request, monkeypatch):
-    """Run a test with each of Viterbi's two backtrace strategies."""
-    limit = 10**9 if request.param == "bulk" else -1
-    monkeypatch.setattr(crf, "_BULK_BACKPOINTERS_MAX_STEP_SIZE", limit)
+    """Run a test with each of Viterbi's search and backtrace kernels."""
+    monkeypatch.setattr(crf, "_viterbi_kernels", lambda device, step_size: KERNELS[request.param])
     return request.param
 
 

@@ -30,6 +30,7 @@ its gradient stay finite (``-inf - -inf`` is NaN).
 """
 from typing import List, NamedTuple, Optional, Tuple
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -363,22 +364,11 @@ def viterbi(
     with torch.no_grad():
         step_emissions, _ = _step_major(batch, zero_padding=False)
         search_transitions = transitions.detach()
-        transitions_from_to = search_transitions.unsqueeze(2)  # [K_from, K_to, 1]
-        steps = step_emissions.unbind(0)
-        score = start.detach().unsqueeze(1) + steps[0]  # [K, B]
-        scores = [score]
-        for emission in steps[1:]:
-            # Only the best score per tag: amax is several times cheaper than
-            # max-with-indices; backpointers are recovered afterwards.
-            score = (score.unsqueeze(1) + transitions_from_to).amax(dim=0) + emission
-            scores.append(score)
-        scores = torch.stack(scores)  # [T, K, B]
+        search, backtrace = _viterbi_kernels(device, num_tags * num_tags * batch_size)
+        scores = search(step_emissions, search_transitions, start.detach())
         final_scores = _at_last_position(scores, batch) + end.detach().unsqueeze(1)
         best_score, last_tag = final_scores.max(dim=0)  # [B]
-        if device.type != "cpu" or num_tags * num_tags * batch_size <= _BULK_BACKPOINTERS_MAX_STEP_SIZE:
-            path = _backtrace_bulk(scores, batch, search_transitions, last_tag)
-        else:
-            path = _backtrace_lazy(scores, batch, search_transitions, last_tag)
+        path = backtrace(scores, batch, search_transitions, last_tag)
         best_tags = path.masked_fill(~batch.mask, -1)
         if length < batch.padded_length:
             best_tags = torch.nn.functional.pad(best_tags, (0, batch.padded_length - length), value=-1)
@@ -393,18 +383,76 @@ def viterbi(
     return best_tags, best_score
 
 
-# Two ways to recover the best path from the Viterbi scores. "Bulk" computes
-# every backpointer at once, O(T K^2 B) work in a few large ops, then follows
-# them in O(log T) steps; "lazy" walks back step by step computing only the
-# backpointer of the tag each row takes, O(T K B) work in ~4 small ops per
-# step. On CPU bulk pays per element of [T, K, K, B] (max with indices is a
-# slow kernel) and lazy pays the op overhead of each step; as measured
-# (docs/results.md, "CRF kernels") bulk wins while K*K*B is below about 4-5k (e.g. 4 tags at any usual batch size, 21
-# tags only up to batch 10); on accelerators, where small ops are
-# launch-bound, bulk always wins.
-_BULK_BACKPOINTERS_MAX_STEP_SIZE = 4096
+def _search_torch(step_emissions: Tensor, transitions: Tensor, start: Tensor) -> Tensor:
+    """The Viterbi states ``[T, K, B]``: each tag's best score at each step."""
+    transitions_from_to = transitions.unsqueeze(2)  # [K_from, K_to, 1]
+    steps = step_emissions.unbind(0)
+    score = start.unsqueeze(1) + steps[0]  # [K, B]
+    scores = [score]
+    for emission in steps[1:]:
+        # Only the best score per tag: amax is several times cheaper than
+        # max-with-indices; backpointers are recovered afterwards.
+        score = (score.unsqueeze(1) + transitions_from_to).amax(dim=0) + emission
+        scores.append(score)
+    return torch.stack(scores)
+
+
+def _search_numpy(step_emissions: Tensor, transitions: Tensor, start: Tensor) -> Tensor:
+    """:func:`_search_torch` in numpy (CPU tensors share their memory): for a
+    small step (few tags, small batch) the per-op overhead dominates, and
+    numpy's is several times smaller than torch's. The same float32 sums in
+    the same order, so the states are identical."""
+    emissions = step_emissions.numpy()
+    transitions_from_to = transitions.numpy()[:, :, None]
+    scores = numpy.empty(emissions.shape, dtype=numpy.float32)
+    scores[0] = start.numpy()[:, None] + emissions[0]
+    for t in range(1, len(emissions)):
+        scores[t] = (scores[t - 1][:, None, :] + transitions_from_to).max(axis=0) + emissions[t]
+    return torch.from_numpy(scores)
+
+
+def _backtrace_numpy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
+    """Same arguments and result as :func:`_backtrace_bulk`, walking back one
+    step at a time (all rows together) and recovering only the backpointers
+    used; batch-major, so that argmax runs over a contiguous last dimension."""
+    steps = scores.transpose(1, 2).contiguous().numpy()  # [T, B, K_from]
+    transitions_to_from = transitions.t().contiguous().numpy()
+    real = batch.mask.t().numpy()  # [T, B]
+    num_steps, batch_size = steps.shape[:2]
+    path = numpy.empty((batch_size, num_steps), dtype=numpy.int64)
+    tag = last_tag.numpy()
+    path[:, -1] = tag
+    for t in range(num_steps - 2, -1, -1):
+        # The same float32 sums as in the search, so the argmax lands on a
+        # predecessor that attains the stored maximum.
+        best_previous = (steps[t] + transitions_to_from[tag]).argmax(axis=1)
+        # A row whose step t+1 is padding has not reached its end yet: it keeps its last tag.
+        tag = best_previous if t + 1 < batch.min_length else numpy.where(real[t + 1], best_previous, tag)
+        path[:, t] = tag
+    return torch.from_numpy(path)
+
+
+# How Viterbi runs, by device and the size of a step ([K, K, B] elements),
+# as measured by scripts/bench_crf.py (docs/results.md, "CRF kernels"):
+#
+# * the search (the best score of each tag at each step) is a loop over the
+#   steps of ~3 small ops. On CPU, while a step is small (4 tags at batch 32),
+#   each op's overhead dominates and numpy's is a fraction of torch's; for
+#   larger steps torch's kernels win.
+# * the backtrace: on CPU, walking back one step at a time and computing only
+#   the backpointer of the tag each row takes (O(T K B) work, numpy again);
+#   on accelerators, where small ops are launch-bound, every backpointer at
+#   once in a few large ops, followed by pointer doubling ("bulk").
+_NUMPY_SEARCH_MAX_STEP_SIZE = 4096
 # Largest [steps, K, K, B] block the bulk path materialises at once (memory bound).
 _BULK_BACKPOINTERS_CHUNK = 1 << 22
+
+
+def _viterbi_kernels(device: torch.device, step_size: int):
+    """(search, backtrace) for a device and a step of ``step_size`` elements."""
+    if device.type != "cpu":
+        return _search_torch, _backtrace_bulk
+    return (_search_numpy if step_size <= _NUMPY_SEARCH_MAX_STEP_SIZE else _search_torch), _backtrace_numpy
 
 
 def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
@@ -437,29 +485,6 @@ def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag
     index = last_tag.view(1, 1, batch_size).expand(num_moves, 1, batch_size)
     earlier_tags = pointers.gather(1, index).squeeze(1)  # [T-1, B]
     return torch.cat([earlier_tags, last_tag.unsqueeze(0)]).t()
-
-
-def _backtrace_lazy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
-    """Same arguments and result as ``_backtrace_bulk``, walking back one step
-    at a time (all rows together) and recovering only the backpointers used."""
-    # Batch-major here: argmax over a contiguous last dimension is cheaper on
-    # CPU than over the leading one (docs/results.md, "CRF kernels") (and max(dim) would enter a
-    # thread-parallel region per step, which stalls when the cores are busy).
-    steps = scores.transpose(1, 2).contiguous().unbind(0)  # T x [B, K_from]
-    transitions_to_from = transitions.t().contiguous()
-    real = batch.mask.t()  # [T, B]
-    tag = last_tag
-    path = [tag]
-    for t in range(len(steps) - 2, -1, -1):
-        # The same float32 sums as in the search, so the argmax lands on a
-        # predecessor that attains the stored maximum.
-        best_previous = (steps[t] + transitions_to_from.index_select(0, tag)).argmax(dim=1)
-        # A row whose step t+1 is padding has not reached its end yet: it
-        # keeps its last tag.
-        tag = best_previous if t + 1 < batch.min_length else torch.where(real[t + 1], best_previous, tag)
-        path.append(tag)
-    path.reverse()
-    return torch.stack(path, dim=1)
 
 
 def marginals(
