@@ -44,6 +44,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
+from spacy.attrs import IS_SPACE
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
@@ -254,7 +255,8 @@ class CRFTagger(TrainableHead):
                 continue
             # A whitespace token is never part of a word or an entity: it
             # closes any open span (the gold treats it as unknown, decoding as outside).
-            seq = [None if t.is_space else tag for t, tag in zip(doc, doc_tags)]
+            is_space = doc.to_array(IS_SPACE).tolist() if len(doc) else []
+            seq = [None if space else tag for space, tag in zip(is_space, doc_tags)]
             if self.scheme == "bmes":
                 spans = tags_to_spans(self.scheme, seq)
                 key = self.cfg["spans_key"]
