@@ -126,3 +126,17 @@ def test_merge_cuts_are_reported_with_the_scores(script, corpus):
     n_gold = sum(len(words) for words in WORDS)
     change = round((result["words"]["words_r"] - result["segmenter_words"]["words_r"]) * n_gold)
     assert change == cuts["words_made_right"] - cuts["right_words_cut"]
+
+
+def test_cli_names_a_missing_manifest_in_one_line(script, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["evaluate_pipeline.py", "zh_crf_pipeline", "--manifest",
+                                     str(tmp_path / "manifest.json"), "--words", "sxu", "--ents", "msra",
+                                     "--output", str(tmp_path / "out.json")])
+    with pytest.raises(SystemExit, match="manifest.json: no such file"):
+        script.main()
+    monkeypatch.setattr("sys.argv", ["evaluate_pipeline.py", "zh_crf_pipeline", "--words", "sxu", "--ents", "msra",
+                                     "--output", str(tmp_path / "out.json"), "--limit", "x"])
+    with pytest.raises(SystemExit) as exc:
+        script.main()
+    assert exc.value.code == 2 and "--limit" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()

@@ -114,3 +114,60 @@ def test_no_project_script_decodes_past_the_pipe():
     # scripts decode through the pipe's public API (CRFTagger.decode), not the model module
     scripts = ROOT / "project" / "scripts"
     assert not [p.name for p in scripts.glob("*.py") if "tagger_model" in p.read_text(encoding="utf-8")]
+
+
+def test_no_project_script_imports_argparse():
+    # the scripts' command lines are typer's, as spaCy's own CLI: one style of
+    # options, help and usage errors throughout
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "project" / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found += [path.name for a in node.names if a.name.split(".")[0] == "argparse"]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+                found.append(path.name)
+    assert not found, found
+
+
+def _project_script_lines():
+    """(command, script name, argv) of every project.yml line that runs a
+    project script, with the default vars (``out``: a placeholder)."""
+    import re
+    import shlex
+
+    project = srsly.read_yaml(ROOT / "project" / "project.yml")
+    values = {**project["vars"], "out": "OUT"}
+    for command in project["commands"]:
+        for line in command["script"]:
+            argv = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(values[m.group(1)]), line))
+            for i, arg in enumerate(argv[1:], 1):
+                if re.fullmatch(r"scripts/\w+\.py", arg) and argv[i - 1].endswith("python"):
+                    yield command["name"], Path(arg).stem, argv[i + 1:]
+
+
+def test_every_project_yml_command_line_parses():
+    # the options, their values and the choices of each line, as the script's
+    # typer app parses them (without running it): a renamed or retyped option
+    # fails here, not minutes into `spacy project run all`
+    import importlib
+
+    import typer
+
+    checked = set()
+    for name, script, argv in _project_script_lines():
+        app = getattr(importlib.import_module(script), "app", None)
+        if not isinstance(app, typer.Typer):
+            continue
+        command = typer.main.get_command(app)
+        if getattr(command, "commands", None):  # an app of several commands: argv[0] names one
+            command, argv = command.commands[argv[0]], argv[1:]
+        try:
+            command.make_context(script, list(argv))
+        except Exception as err:  # typer's usage errors (its click may be its own copy)
+            message = err.format_message() if hasattr(err, "format_message") else repr(err)
+            raise AssertionError(f"project.yml {name}: scripts/{script}.py {' '.join(argv)}: {message}") from None
+        checked.add(script)
+    assert {"train", "convert_corpora", "fetch_assets", "evaluate_all", "lexicon_tune", "check_package",
+            "evaluate_pipeline", "entity_policies", "oov_probes", "compare_report", "heads_report"} <= checked

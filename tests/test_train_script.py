@@ -191,10 +191,10 @@ def test_the_variant_flags_refuse_to_replace_another_callback(inputs, monkeypatc
     assert train.lazy_overrides("config") == train.autocast_overrides("config") == []
     with pytest.raises(SystemExit):
         run_main(monkeypatch, argv("other", "--lazy-embeddings", "yes"))
-    assert "--lazy-embeddings: invalid choice: 'yes'" in capsys.readouterr().err
+    assert "'--lazy-embeddings': invalid choice: 'yes'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run_main(monkeypatch, argv("bf16", "--autocast", "float16"))
-    assert "--autocast: invalid choice: 'float16'" in capsys.readouterr().err
+    assert "'--autocast': invalid choice: 'float16'" in capsys.readouterr().err
 
 
 def test_autocast_reaches_spacy_train_and_the_recipe(inputs, monkeypatch):

@@ -16,7 +16,6 @@ directory, on a few sentences: tokens are the words, ``doc.text`` is
 unchanged, the merge step keeps every entity, and ``nlp.pipe(...,
 n_process=2)`` gives the same result.
 """
-import argparse
 import glob
 import shutil
 import subprocess
@@ -24,6 +23,9 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+
+import typer
+from script_cli import run_app, script_app
 
 CHECK = r'''
 import os
@@ -58,15 +60,16 @@ print("OK: spacy.load('zh_crf_pipeline'), text unchanged, entities kept by the m
 '''
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--packages", default="packages")
-    p.add_argument("--venv", default="check-venv")
-    args = p.parse_args()
-    sdists = sorted(glob.glob(str(Path(args.packages) / "zh_crf_pipeline-*" / "dist" / "zh_crf_pipeline-*.tar.gz")))
+app = script_app()
+
+
+@app.command(help=__doc__)
+def check_package_cli(packages: str = typer.Option("packages", "--packages", help="the package step's output folder"),
+                      venv: str = typer.Option("check-venv", "--venv", help="the virtual environment to create")) -> None:
+    sdists = sorted(glob.glob(str(Path(packages) / "zh_crf_pipeline-*" / "dist" / "zh_crf_pipeline-*.tar.gz")))
     if not sdists:
-        sys.exit(f"no zh_crf_pipeline sdist under {args.packages}")
-    venv = Path(args.venv).resolve()
+        sys.exit(f"no zh_crf_pipeline sdist under {packages}")
+    venv = Path(venv).resolve()
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -79,6 +82,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:  # not the project dir: load the installed package
         subprocess.run([str(py), "-c", CHECK], check=True, cwd=cwd)
     print(f"installed {Path(sdists[-1]).name} into {venv} and loaded it")
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ from spacy.util import load_config
 
 from evaluate import evaluate
 from readme_block import replace_block
-from seed_report import cell, parse_report_args
+from script_cli import run_app, script_app
+from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.files import write_json_atomic, write_text_atomic
@@ -137,10 +138,14 @@ def plot_curves(seed_dirs: List[Path], title: str, path: Path) -> None:
     save_figure(fig, path, title=title)
 
 
-def main() -> None:
-    args, manifest, seed_dirs = parse_report_args(
-        __doc__, lambda a: Path(a.out) / "training" / "compare", "compare")
-    root = Path(args.out)
+app = script_app()
+
+
+@app.command(help=__doc__)
+def compare_report_cli(out: str = out_option(), eval_limit: int = eval_limit_option(), readme: str = readme_option(),
+                   profile: str = profile_option()) -> None:
+    manifest, seed_dirs = report_inputs(out, eval_limit, Path(out) / "training" / "compare", "compare")
+    root = Path(out)
     results: Dict[str, Dict[str, Dict[str, Dict]]] = {}
     for seed_dir in seed_dirs:
         for head, _, tasks in HEADS:
@@ -153,22 +158,26 @@ def main() -> None:
                 entry = manifest[CORPUS[task]]
                 words = Path(entry["dictionary"]) if task == "cws" else None
                 result = evaluate(task, model, Path(entry["eval"]), words=words, split=entry["eval_split"],
-                                  name=f"{seed_dir.name}/{head}:{CORPUS[task]}", limit=args.eval_limit)
+                                  name=f"{seed_dir.name}/{head}:{CORPUS[task]}", limit=eval_limit)
                 results.setdefault(head, {}).setdefault(task, {})[seed_dir.name] = {
                     "scores": result["scores"], "train": result["train"], "split": entry["eval_split"],
                     "settings": settings}
                 print(f"{seed_dir.name} {head} {task}: {KEY[task]} = {result['scores'][KEY[task]]}")
-    table = compare_table(results, args.profile, {task: manifest[c]["eval_split"] for task, c in CORPUS.items()})
+    table = compare_table(results, profile, {task: manifest[c]["eval_split"] for task, c in CORPUS.items()})
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / "compare.json", {"profile": args.profile, "eval_limit": args.eval_limit,
+    write_json_atomic(metrics / "compare.json", {"profile": profile, "eval_limit": eval_limit,
                                                 "results": results})
     write_text_atomic(metrics / "compare.md", table + "\n")
-    plot_curves(seed_dirs, f"compare: dev F while training, per head and seed ({args.profile})",
+    plot_curves(seed_dirs, f"compare: dev F while training, per head and seed ({profile})",
                 metrics / "compare.png")
     print(table)
-    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(args.readme), "COMPARE", table)
+    if readme and profile != "smoke":  # smoke runs never touch the committed README
+        replace_block(Path(readme), "COMPARE", table)
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,13 @@ published in the data README (a mismatch is an error). Held-back test files
 that are absent are skipped: the corpus is then evaluated on its dev split,
 and ``corpus/manifest.json`` says so (``eval_split``).
 """
-import argparse
 import sys
 from pathlib import Path
 
+import typer
+from script_cli import choice_option, run_app, script_app
+
+from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
 from spacy_crf.corpora.rates import file_rates
 from spacy_crf.corpora.split import CARVES, DEFAULT_BLOCK_SIZE
@@ -77,57 +80,56 @@ def describe_rates(rates: dict) -> str:
     return "no words or entities"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--assets", default="assets")
-    p.add_argument("--out", default="corpus")
-    p.add_argument("--limit", type=int, default=0, help="keep the first N training docs (0: all)")
-    p.add_argument("--max-chars", type=int, default=256)
-    p.add_argument("--dev-ratio", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--carve", choices=CARVES, default="blocks", help="how dev splits are carved")
-    p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="lines per dev block (--carve blocks)")
-    p.add_argument("--only", default="", help="comma-separated corpus names (default: all)")
-    args = p.parse_args()
-    if args.limit < 0:
-        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
-    if args.max_chars < 0:
-        p.error(f"--max-chars must be >= 0 (0: no splitting), got {args.max_chars}")
-    if not 0 <= args.dev_ratio < 1:
-        p.error(f"--dev-ratio must be in [0, 1), got {args.dev_ratio}")
-    if args.block_size < 1:
-        p.error(f"--block-size must be >= 1, got {args.block_size}")
-    if not Path(args.assets).is_dir():
-        p.error(f"--assets {args.assets}: no such directory")
-    assets, out = Path(args.assets), Path(args.out)
-    only = set(filter(None, args.only.split(",")))
+app = script_app()
+
+
+@app.command(help=__doc__)
+def convert_corpora_cli(
+    assets_dir: str = typer.Option("assets", "--assets"),
+    out_dir: str = typer.Option("corpus", "--out"),
+    limit: int = typer.Option(0, "--limit", help="keep the first N training docs (0: all)"),
+    max_chars: int = typer.Option(256, "--max-chars"),
+    dev_ratio: float = typer.Option(0.1, "--dev-ratio"),
+    seed: int = typer.Option(0, "--seed"),
+    carve: str = choice_option("blocks", "--carve", CARVES, help="how dev splits are carved"),
+    block_size: int = typer.Option(DEFAULT_BLOCK_SIZE, "--block-size", help="lines per dev block (--carve blocks)"),
+    only: str = typer.Option("", "--only", help="comma-separated corpus names (default: all)"),
+) -> None:
+    check_option("--limit", limit, minimum=0, hint="0: all docs")
+    check_option("--max-chars", max_chars, minimum=0, hint="0: no splitting")
+    check_option("--dev-ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
+    check_option("--block-size", block_size, minimum=1)
+    if not Path(assets_dir).is_dir():
+        raise typer.BadParameter(f"{assets_dir}: no such directory", param_hint="--assets")
+    assets, out = Path(assets_dir), Path(out_dir)
+    only_names = set(filter(None, only.split(",")))
     manifest, errors = {}, []
-    limit = args.limit or None
+    limit_docs = limit or None
 
     def run(rel, fmt, output, **kw):
         try:
-            stats = convert_corpus(fmt, assets / rel, output, max_chars=args.max_chars, seed=args.seed,
-                                   carve=args.carve, block_size=args.block_size, **kw)
+            stats = convert_corpus(fmt, assets / rel, output, max_chars=max_chars, seed=seed,
+                                   carve=carve, block_size=block_size, **kw)
         except (CorpusFormatError, SplitError, ValueError, OSError) as err:  # the message names the file
             sys.exit(f"error: {err}")
         check_counts(rel, stats, errors)
         return stats
 
     for name, task, fmt, train, dev, test in CORPORA:
-        if only and name not in only:
+        if only_names and name not in only_names:
             continue
         entry = {"task": task}
         if train:
             if dev is None:
                 stats = run(train, fmt, out / name / "train.spacy", dev_output=out / name / "dev.spacy",
-                            dev_ratio=args.dev_ratio, limit=limit)
-                how = f"blocks of {args.block_size} lines" if args.carve == "blocks" else "single lines"
-                entry["dev_note"] = f"carved from train: ratio {args.dev_ratio}, seed {args.seed}, {how}"
+                            dev_ratio=dev_ratio, limit=limit_docs)
+                how = f"blocks of {block_size} lines" if carve == "blocks" else "single lines"
+                entry["dev_note"] = f"carved from train: ratio {dev_ratio}, seed {seed}, {how}"
                 entry["carve"] = stats["carve"]
                 rates = {"dev": stats["dev_rates"]}
             else:
-                stats = run(train, fmt, out / name / "train.spacy", limit=limit)
-                run(dev, fmt, out / name / "dev.spacy", limit=limit)
+                stats = run(train, fmt, out / name / "train.spacy", limit=limit_docs)
+                run(dev, fmt, out / name / "dev.spacy", limit=limit_docs)
                 rates = {"dev": file_rates(task, out / name / "train.spacy", out / name / "dev.spacy")}
             entry.update(train=str(out / name / "train.spacy"), dev=str(out / name / "dev.spacy"))
             entry["counts"] = {k: v["written"] for k, v in stats["outputs"].items()}
@@ -157,6 +159,10 @@ def main() -> None:
     if errors:
         sys.exit("counts differ from the data README:\n  " + "\n  ".join(errors))
     print(f"converted {', '.join(manifest)}; counts match the data README; manifest: {out / 'manifest.json'}")
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -22,17 +22,20 @@ merge step in it is left out). Each reference text goes through the model
 once; every policy is computed from that output, so the figures differ only
 by the policy: word F on the word-tokenized file, entity F on the other.
 """
-import argparse
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import spacy
+import typer
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, DocBin
 
+from spacy_crf.cli._app import check_option
 from spacy_crf.pipeline.merge_words import merge_words
 from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words
 from spacy_crf.files import write_json_atomic
+
+from script_cli import run_app, script_app
 
 POLICIES = ("split", "keep_words", "expand")
 Entity = Tuple[int, int, str]
@@ -97,39 +100,45 @@ def score_policies(nlp, word_refs: List[Doc], ent_refs: List[Doc], spans_key: st
     return {p: {"words": _prf(words[p]), "ents": _prf(ents[p])} for p in ("model",) + POLICIES}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="pipeline directory with the segmenter and the NER model")
-    p.add_argument("words", type=Path, help=".spacy docs whose tokens are the gold words")
-    p.add_argument("ents", type=Path, help=".spacy docs with gold entities")
-    p.add_argument("--spans-key", default="words", help="the segmenter's span group")
-    p.add_argument("--limit", type=int, default=0, help="first N docs of each file (0: all)")
-    p.add_argument("--output", type=Path, help="JSON file for the table")
-    args = p.parse_args()
-    if args.limit < 0:
-        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
-    for path in (args.words, args.ents):
+app = script_app()
+
+
+@app.command(help=__doc__)
+def entity_policies_cli(
+    model: str = typer.Argument(..., metavar="MODEL", help="pipeline directory with the segmenter and the NER model"),
+    words: Path = typer.Argument(..., metavar="WORDS", help=".spacy docs whose tokens are the gold words"),
+    ents: Path = typer.Argument(..., metavar="ENTS", help=".spacy docs with gold entities"),
+    spans_key: str = typer.Option("words", "--spans-key", help="the segmenter's span group"),
+    limit: int = typer.Option(0, "--limit", help="first N docs of each file (0: all)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="JSON file for the table"),
+) -> None:
+    check_option("--limit", limit, minimum=0, hint="0: all docs")
+    for path, hint in ((words, "WORDS"), (ents, "ENTS")):
         if not path.is_file():
-            p.error(f"{path}: no such file")
-    nlp = spacy.load(args.model)
+            raise typer.BadParameter(f"{path}: no such file", param_hint=hint)
+    nlp = spacy.load(model)
     for name in [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "crf_merge_words"]:
         nlp.remove_pipe(name)  # the policies start from the words before any merge
 
     def read(path: Path) -> List[Doc]:
         docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
         if not docs:
-            p.error(f"{path}: no docs")
-        return docs[: args.limit] if args.limit else docs
+            raise typer.BadParameter(f"{path}: no docs", param_hint="WORDS" if path == words else "ENTS")
+        return docs[:limit] if limit else docs
 
-    table = score_policies(nlp, read(args.words), read(args.ents), args.spans_key)
+    table = score_policies(nlp, read(words), read(ents), spans_key)
     print("| policy | word F (P / R) | entity F (P / R) |\n|---|---|---|")
     for policy, s in table.items():
         w, e = s["words"], s["ents"]
         print(f"| {policy} | {100 * w['f']:.2f} ({100 * w['p']:.2f} / {100 * w['r']:.2f}) "
               f"| {100 * e['f']:.2f} ({100 * e['p']:.2f} / {100 * e['r']:.2f}) |")
-    if args.output:
-        write_json_atomic(args.output, {"model": str(args.model), "words": str(args.words), "ents": str(args.ents),
-                                        "limit": args.limit, "policies": table})
+    if output:
+        write_json_atomic(output, {"model": str(model), "words": str(words), "ents": str(ents),
+                                   "limit": limit, "policies": table})
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ Writes one JSON per score to ``ROOT/metrics/`` and the table
 ``ROOT/metrics/summary.md``; ``--readme`` also puts the table into that
 README between the ``<!-- METRICS -->`` markers.
 """
-import argparse
 from pathlib import Path
 
+import typer
 from evaluate import evaluate
 from readme_block import replace_block
-from seed_report import add_report_options, read_manifest
+from script_cli import run_app, script_app
+from seed_report import eval_limit_option, out_option, profile_option, read_manifest, readme_option
 
 from spacy_crf.files import write_json_atomic, write_text_atomic
 
@@ -36,19 +37,21 @@ def pct(x):
     return "–" if x is None else f"{100 * x:.2f}"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    add_report_options(p)
-    p.add_argument("--gpu-id", type=int, default=-1)
-    args = p.parse_args()
-    _, manifest = read_manifest(p, args)
-    if args.readme and not Path(args.readme).is_file():
-        p.error(f"--readme {args.readme}: no such file")
-    if args.gpu_id >= 0:
+app = script_app()
+
+
+@app.command(help=__doc__)
+def evaluate_all_cli(out: str = out_option(), eval_limit: int = eval_limit_option(), readme: str = readme_option(),
+                     profile: str = profile_option(),
+                     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to score on (-1: CPU)")) -> None:
+    _, manifest = read_manifest(out, eval_limit)
+    if readme and not Path(readme).is_file():
+        raise typer.BadParameter(f"{readme}: no such file", param_hint="--readme")
+    if gpu_id >= 0:
         import spacy
 
-        spacy.require_gpu(args.gpu_id)
-    root = Path(args.out)
+        spacy.require_gpu(gpu_id)
+    root = Path(out)
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -64,10 +67,10 @@ def main() -> None:
             note = entry.get("eval_note", "")
             result = evaluate(task, model, Path(entry["eval"]), words=Path(entry["dictionary"]) if task == "cws" else None,
                               split=entry["eval_split"], name=f"{model_dir}:{corpus}", note=note,
-                              limit=args.eval_limit)
-            result["profile"] = args.profile
-            if args.eval_limit:
-                result["note"] = (note + f" Only the first {args.eval_limit} docs were scored.").strip()
+                              limit=eval_limit)
+            result["profile"] = profile
+            if eval_limit:
+                result["note"] = (note + f" Only the first {eval_limit} docs were scored.").strip()
             path = metrics / f"{model_dir}_{corpus}_{entry['eval_split']}.json"
             write_json_atomic(path, result)
             s, train = result["scores"], result["train"] or {}
@@ -83,7 +86,7 @@ def main() -> None:
                         f"{result['speed']['chars_per_s']:,.0f} | {train.get('train_seconds', '–')} | {device} |")
             print(rows[-1])
     table = "\n".join([
-        f"Profile `{args.profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
+        f"Profile `{profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
         "",
         "| task | corpus (split) | model | score | OOV/IV recall or per-type F | chars/s | train s | hardware |",
         "|---|---|---|---|---|---|---|---|",
@@ -91,8 +94,12 @@ def main() -> None:
     ])
     write_text_atomic(metrics / "summary.md", table + "\n")
     print(table)
-    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(args.readme), "METRICS", table)
+    if readme and profile != "smoke":  # smoke runs never touch the committed README
+        replace_block(Path(readme), "METRICS", table)
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

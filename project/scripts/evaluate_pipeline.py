@@ -31,7 +31,6 @@ send it; nothing from the reference reaches the pipeline.
 ``--set`` overrides the pipeline's config at load time (repeatable), e.g.
 the merge step's entity policy; the overrides are recorded in the output.
 """
-import argparse
 import json
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import spacy
 import srsly
+import typer
 from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
@@ -48,6 +48,8 @@ from spacy_crf.pipeline.merge_words import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGN
 from spacy_crf.pipeline.merge_words import char_entities
 from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words, score_words
 from spacy_crf.files import write_json_atomic
+
+from script_cli import run_app, script_app
 
 
 def read_docs(path: Path, vocab, limit: int) -> List[Doc]:
@@ -152,54 +154,63 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("pipeline", help="installed package name or pipeline directory")
-    p.add_argument("--words", required=True, help=".spacy docs whose tokens are the gold words (a corpus name with --manifest)")
-    p.add_argument("--ents", required=True, help=".spacy docs with gold entities (a corpus name with --manifest)")
-    p.add_argument("--manifest", type=Path, help="the corpus step's manifest.json: --words/--ents are corpus names")
-    p.add_argument("--dictionary", type=Path, help=".spacy training corpus whose words are the IV dictionary")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--limit", type=int, default=0, help="first N docs of each file (0: all)")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--output", type=Path, required=True)
-    args = p.parse_args()
-    if args.limit < 0 or args.batch_size <= 0:
+app = script_app()
+
+
+@app.command(help=__doc__)
+def evaluate_pipeline_cli(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="installed package name or pipeline directory"),
+    words_name: str = typer.Option(..., "--words", help=".spacy docs whose tokens are the gold words (a corpus name with --manifest)"),
+    ents_name: str = typer.Option(..., "--ents", help=".spacy docs with gold entities (a corpus name with --manifest)"),
+    manifest_path: Optional[Path] = typer.Option(None, "--manifest", help="the corpus step's manifest.json: --words/--ents are corpus names"),
+    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=".spacy training corpus whose words are the IV dictionary"),
+    overrides: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override the pipeline's config at load time (repeatable)"),
+    limit: int = typer.Option(0, "--limit", help="first N docs of each file (0: all)"),
+    batch_size: int = typer.Option(128, "--batch-size"),
+    output: Path = typer.Option(..., "--output"),
+) -> None:
+    if limit < 0 or batch_size <= 0:
         raise SystemExit("--limit must be >= 0 and --batch-size > 0")
-    words, ents, dictionary = Path(args.words), Path(args.ents), args.dictionary
+    words, ents = Path(words_name), Path(ents_name)
     split = None
-    if args.manifest is not None:
-        manifest = srsly.read_json(args.manifest)
-        for name in (args.words, args.ents):
+    if manifest_path is not None:
+        if not manifest_path.is_file():
+            raise SystemExit(f"{manifest_path}: no such file (run the corpus step first)")
+        manifest = srsly.read_json(manifest_path)
+        for name in (words_name, ents_name):
             if name not in manifest:
-                raise SystemExit(f"{args.manifest}: no corpus {name!r} (has {', '.join(manifest)})")
-        words, ents = Path(manifest[args.words]["eval"]), Path(manifest[args.ents]["eval"])
-        dictionary = dictionary or Path(manifest[args.words]["dictionary"])
-        split = {"words": manifest[args.words]["eval_split"], "ents": manifest[args.ents]["eval_split"]}
+                raise SystemExit(f"{manifest_path}: no corpus {name!r} (has {', '.join(manifest)})")
+        words, ents = Path(manifest[words_name]["eval"]), Path(manifest[ents_name]["eval"])
+        dictionary = dictionary or Path(manifest[words_name]["dictionary"])
+        split = {"words": manifest[words_name]["eval_split"], "ents": manifest[ents_name]["eval_split"]}
     for path in (words, ents, dictionary):
         if path is not None and not path.is_file():
             raise SystemExit(f"{path}: no such file")
-    if args.output.resolve() in {p.resolve() for p in (words, ents, dictionary) if p is not None}:
-        raise SystemExit(f"--output {args.output} is an input file")
-    result = evaluate_pipeline(args.pipeline, words, ents, dictionary=dictionary,
-                               overrides=parse_overrides(args.overrides), limit=args.limit,
-                               batch_size=args.batch_size)
+    if output.resolve() in {p.resolve() for p in (words, ents, dictionary) if p is not None}:
+        raise SystemExit(f"--output {output} is an input file")
+    result = evaluate_pipeline(pipeline, words, ents, dictionary=dictionary,
+                               overrides=parse_overrides(overrides), limit=limit,
+                               batch_size=batch_size)
     result["split"] = split
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args.output, result)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(output, result)
     w, e, s = result["words"], result["ents"], result["segmenter_words"]
     print(f"public API: words F {100 * w['words_f']:.2f} (P {100 * w['words_p']:.2f} / R {100 * w['words_r']:.2f}"
           + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")
           + f"), entities F {100 * e['ents_f']:.2f} (P {100 * e['ents_p']:.2f} / R {100 * e['ents_r']:.2f})"
           + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
           + (f"; all entities (incl. unaligned) F {100 * result['ents_all']['ents_f']:.2f}" if result["ents_all"] else "")
-          + f" -> {args.output}")
+          + f" -> {output}")
     cuts = result["merge_cuts"]
     if cuts and cuts["right_words_cut"]:
         print(f"the merge cut {cuts['right_words_cut']} right words at entity boundaries ("
               + ", ".join(f"{label} {n}" for label, n in cuts["by_label"].items())
               + f") and made {cuts['words_made_right']} right; most cut: "
               + ", ".join(f"{w} x{c} -> {t}" for w, c, t in cuts["top"][:10]))
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ local folder: they are reported and skipped. Zip archives are unpacked into
 their folder, each member checked against :data:`ZIP_MEMBERS`; offline, the
 members are copied directly (the folder holds them unpacked).
 """
-import argparse
 import hashlib
 import shutil
 import sys
@@ -22,6 +21,8 @@ import zipfile
 from pathlib import Path
 
 import srsly
+import typer
+from script_cli import run_app, script_app
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL = ("[test]", "[online]")
@@ -97,13 +98,14 @@ def download(url: str, dest: Path, checksum: str, optional: bool, status: dict) 
     status[str(dest)] = "ok"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", default="", help="local folder with the data (empty: download)")
-    parser.add_argument("--status", default="assets/status.json", help="where to write what was found")
-    args = parser.parse_args()
+app = script_app()
+
+
+@app.command(help=__doc__.split("\n\n")[0])
+def fetch_assets_cli(data_dir: str = typer.Option("", "--data-dir", help="local folder with the data (empty: download)"),
+                     status_path: str = typer.Option("assets/status.json", "--status", help="where to write what was found")) -> None:
     project = srsly.read_yaml(ROOT / "project.yml")
-    data_dir = resolve_data_dir(args.data_dir) if args.data_dir else None
+    data_dir = resolve_data_dir(data_dir) if data_dir else None
     print(f"assets from {data_dir if data_dir else 'their public URLs'}")
     status: dict = {}
     for asset in project["assets"]:
@@ -131,11 +133,15 @@ def main() -> None:
             copy_or_absent(data_dir / rel, dest, checksum, optional, status)
         else:
             download(asset["url"], dest, checksum, optional, status)
-    out = ROOT / args.status
+    out = ROOT / status_path
     out.parent.mkdir(parents=True, exist_ok=True)
     srsly.write_json(out, {str(Path(k).relative_to(ROOT)): v for k, v in status.items()})
     absent = [k for k, v in status.items() if v != "ok"]
     print(f"{len(status) - len(absent)} files ready, {len(absent)} absent")
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,15 @@ from typing import Dict, List
 
 import spacy
 import srsly
+import typer
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.training import Example
 
 from compare_report import dev_curve
 from evaluate import predict_docs, read_docbin
 from readme_block import replace_block
-from seed_report import cell, parse_report_args
+from script_cli import run_app, script_app
+from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.hardware import hardware
 from spacy_crf.files import write_json_atomic, write_text_atomic
@@ -131,12 +133,17 @@ def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Pat
     save_figure(fig, path)
 
 
-def main() -> None:
-    args, manifest, seed_dirs = parse_report_args(
-        __doc__, lambda a: Path(a.out) / "training" / "heads" / a.corpus, "ner-heads",
-        lambda p: p.add_argument("--corpus", default="cluener"))
-    root = Path(args.out)
-    entry = manifest[args.corpus]
+app = script_app()
+
+
+@app.command(help=__doc__)
+def heads_report_cli(out: str = out_option(), corpus: str = typer.Option("cluener", "--corpus"),
+                     eval_limit: int = eval_limit_option(), readme: str = readme_option(),
+                     profile: str = profile_option()) -> None:
+    manifest, seed_dirs = report_inputs(out, eval_limit, Path(out) / "training" / "heads" / corpus, "ner-heads",
+                                        corpus=corpus)
+    root = Path(out)
+    entry = manifest[corpus]
     results: Dict[str, Dict[str, Dict]] = {}
     curves: Dict[str, Dict[str, List[tuple]]] = {}
     for seed_dir in seed_dirs:
@@ -146,25 +153,29 @@ def main() -> None:
             if not model.exists():
                 print(f"skip {seed_dir.name}/{head}: not trained")
                 continue
-            result = score_model(model, Path(entry["eval"]), args.eval_limit)
+            result = score_model(model, Path(entry["eval"]), eval_limit)
             results.setdefault(head, {})[seed_dir.name] = result
             s = result["scores"]
             print(f"{seed_dir.name} {head}: ents_f = {s['ents_f']:.4f}, mentions_f = {s['mentions_f']:.4f}, "
                   f"{result['speed']['chars_per_s']:,.0f} chars/s")
-    table = tables(args.corpus, entry["eval_split"], args.profile, results)
+    table = tables(corpus, entry["eval_split"], profile, results)
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / f"ner_heads_{args.corpus}.json", {
-        "profile": args.profile, "corpus": args.corpus, "split": entry["eval_split"], "data": entry["eval"],
-        "eval_limit": args.eval_limit, "hardware": hardware(), "results": results})
-    plot = metrics / f"ner_heads_{args.corpus}.png"
-    plot_curves(curves, f"{args.corpus}: dev entity F while training, per head and seed ({args.profile})", plot)
+    write_json_atomic(metrics / f"ner_heads_{corpus}.json", {
+        "profile": profile, "corpus": corpus, "split": entry["eval_split"], "data": entry["eval"],
+        "eval_limit": eval_limit, "hardware": hardware(), "results": results})
+    plot = metrics / f"ner_heads_{corpus}.png"
+    plot_curves(curves, f"{corpus}: dev entity F while training, per head and seed ({profile})", plot)
     table += (f"\n\nDev curves (the docs scored while training, one line per seed): "
               f"[`metrics/{plot.name}`](metrics/{plot.name}).")
-    write_text_atomic(metrics / f"ner_heads_{args.corpus}.md", table + "\n")
+    write_text_atomic(metrics / f"ner_heads_{corpus}.md", table + "\n")
     print(table)
-    if args.readme and args.profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(args.readme), "NER_HEADS", table)
+    if readme and profile != "smoke":  # smoke runs never touch the committed README
+        replace_block(Path(readme), "NER_HEADS", table)
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

@@ -13,22 +13,24 @@ once per doc; only decoding is repeated.
 
 Writes OUTPUT (JSON) and a table beside it (same name, ``.md``).
 """
-import argparse
 from pathlib import Path
 from typing import Dict, List, Sequence, Set
 
 import srsly
+import typer
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import minibatch
 from tqdm import tqdm
 
+from spacy_crf.cli._app import check_option
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 from spacy_crf.pipeline.scorers import predicted_words, score_words
 from spacy_crf.files import write_json_atomic
 
 from oov_probes import find_segmenter, load_inputs, with_words
+from script_cli import run_app, script_app
 
 DEFAULT_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0)
 
@@ -76,53 +78,60 @@ def table(result: Dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="pipeline directory with a bmes CRF segmenter")
-    p.add_argument("data", type=Path, help=".spacy dev docs whose tokens are the gold words")
-    p.add_argument("--words", type=Path, required=True, help=".spacy training docs: their words are in-vocabulary")
-    p.add_argument("--lexicon", type=Path, required=True, help="word list (lexicon.py's words.txt)")
-    p.add_argument("--weights", default=",".join(f"{w:g}" for w in DEFAULT_WEIGHTS), help="comma-separated weights (>= 0)")
-    p.add_argument("--spans-key", default="words", help="the segmenter's span group")
-    p.add_argument("--limit", type=int, default=0, help="first N docs (0: all)")
-    p.add_argument("--output", type=Path, required=True, help="JSON file for the results (and a .md table beside it)")
-    args = p.parse_args()
+app = script_app()
+
+
+@app.command(help=__doc__)
+def lexicon_tune_cli(
+    model: str = typer.Argument(..., metavar="MODEL", help="pipeline directory with a bmes CRF segmenter"),
+    data: Path = typer.Argument(..., metavar="DATA", help=".spacy dev docs whose tokens are the gold words"),
+    words: Path = typer.Option(..., "--words", help=".spacy training docs: their words are in-vocabulary"),
+    lexicon_path: Path = typer.Option(..., "--lexicon", help="word list (lexicon.py's words.txt)"),
+    weights_text: str = typer.Option(",".join(f"{w:g}" for w in DEFAULT_WEIGHTS), "--weights",
+                                     help="comma-separated weights (>= 0)"),
+    spans_key: str = typer.Option("words", "--spans-key", help="the segmenter's span group"),
+    limit: int = typer.Option(0, "--limit", help="first N docs (0: all)"),
+    output: Path = typer.Option(..., "--output", help="JSON file for the results (and a .md table beside it)"),
+) -> None:
     try:
-        weights = sorted({float(w) for w in args.weights.split(",") if w.strip()})
+        weights = sorted({float(w) for w in weights_text.split(",") if w.strip()})
     except ValueError:
-        p.error(f"--weights: comma-separated numbers, got {args.weights!r}")
+        raise typer.BadParameter(f"comma-separated numbers, got {weights_text!r}", param_hint="--weights") from None
     if not weights or any(w < 0 for w in weights):
-        p.error(f"--weights: one or more numbers >= 0, got {args.weights!r}")
-    if args.limit < 0:
-        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
-    for path in (args.data, args.words, args.lexicon):
+        raise typer.BadParameter(f"one or more numbers >= 0, got {weights_text!r}", param_hint="--weights")
+    check_option("--limit", limit, minimum=0, hint="0: all docs")
+    for path, hint in ((data, "DATA"), (words, "--words"), (lexicon_path, "--lexicon")):
         if not path.is_file():
-            p.error(f"{path}: no such file")
+            raise typer.BadParameter(f"{path}: no such file", param_hint=hint)
     try:
-        lexicon = Lexicon(read_lexicon(args.lexicon))
+        lexicon = Lexicon(read_lexicon(lexicon_path))
     except ValueError as e:
-        p.error(str(e))
+        raise typer.BadParameter(str(e), param_hint="--lexicon") from None
     try:
-        nlp, refs, iv_words = load_inputs(args.model, args.data, args.words, args.limit)
+        nlp, refs, iv_words = load_inputs(model, data, words, limit)
     except ValueError as e:
-        p.error(str(e))
+        raise typer.BadParameter(str(e), param_hint="DATA/--words") from None
     try:
-        result = tune(nlp, refs, iv_words, lexicon, weights, spans_key=args.spans_key)
+        result = tune(nlp, refs, iv_words, lexicon, weights, spans_key=spans_key)
     except ValueError as e:
-        p.error(f"{args.model}: {e}")
-    meta_path = args.lexicon.parent / "meta.json"
-    result = {"model": str(args.model), "data": str(args.data), "words": str(args.words), "limit": args.limit,
-              "lexicon": str(args.lexicon), "lexicon_words": len(lexicon),
+        raise typer.BadParameter(f"{model}: {e}", param_hint="MODEL") from None
+    meta_path = lexicon_path.parent / "meta.json"
+    result = {"model": str(model), "data": str(data), "words": str(words), "limit": limit,
+              "lexicon": str(lexicon_path), "lexicon_words": len(lexicon),
               "lexicon_meta": srsly.read_json(meta_path) if meta_path.is_file() else None, **result}
     text = table(result)
     print(text)
     chosen = result["chosen"]
     print(f"\nchosen weight: {chosen['weight']:g} (highest word F; {result['matches']:,} lexicon matches in "
           f"{result['docs']:,} docs)")
-    write_json_atomic(args.output, result)
-    args.output.with_suffix(".md").write_text(
-        f"Lexicon weight on {args.data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
-        f"model {args.model}); chosen: the highest word F.\n\n{text}\n", encoding="utf-8")
+    write_json_atomic(output, result)
+    output.with_suffix(".md").write_text(
+        f"Lexicon weight on {data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
+        f"model {model}); chosen: the highest word F.\n\n{text}\n", encoding="utf-8")
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

