@@ -131,7 +131,7 @@ class GuardedUpdate:
         if self.cfg.get("on_nonfinite", "raise") == "skip":
             self._skipped = True
             warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "
-                          "the weights are unchanged.")
+                          "the weights are unchanged.", stacklevel=3)
             return
         raise checks.NonFiniteError(
             f"[{self.name}] {problem} {where}. Nothing was written to the weights. Usual causes: "

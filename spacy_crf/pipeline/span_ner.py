@@ -125,10 +125,10 @@ class SpanNER(TrainableHead):
         labels, key = self.labels, self.cfg["spans_key"]
         for doc, preds in zip(docs, predictions):
             preds = [p for p in preds if not (doc[p[0]].is_space or doc[p[1] - 1].is_space)]
-            spans = [Span(doc, s, e, label=labels[l]) for s, e, l, _ in preds]
+            spans = [Span(doc, s, e, label=labels[label]) for s, e, label, _ in preds]
             doc.spans[key] = SpanGroup(doc, name=key, spans=spans,
                                        attrs={"scores": numpy.asarray([p[3] for p in preds], dtype="f")})
-            write_greedy_entities(doc, [(s, e, labels[l]) for s, e, l, _ in preds])
+            write_greedy_entities(doc, [(s, e, labels[label]) for s, e, label, _ in preds])
 
     def _is_initialized(self) -> bool:
         return span_model.is_initialized(self.model)
