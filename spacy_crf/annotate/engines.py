@@ -24,7 +24,6 @@ Both engines run the same code on the same batches (``shard_chunks``:
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
 import os
-from itertools import chain
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .io import AnnotateError, dumps, read_rows
@@ -86,7 +85,18 @@ Shard = Tuple[int, str, str]  # (index, path, name)
 
 
 def shard_rows(shards: Sequence[Shard], text_key: str, id_key: str) -> Iterator[Dict[str, Any]]:
-    return chain.from_iterable(read_rows(path, i, name, text_key, id_key) for i, path, name in shards)
+    """The rows of every shard; a shard that cannot be read ends the rows with
+    a "fatal" row in its place (see ``_read_shard_chunks``)."""
+    for i, path, name in shards:
+        try:
+            yield from read_rows(path, i, name, text_key, id_key)
+        except (AnnotateError, OSError) as err:
+            yield fatal_row(i, err)
+            return
+
+
+def fatal_row(shard: int, err: Exception) -> Dict[str, Any]:
+    return {"shard": shard, "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
 
 
 def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, size: int) -> Iterator[List[Dict[str, Any]]]:
@@ -118,9 +128,11 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
     if n_process > 1:  # spaCy's own batches run across shard ends
-        rows = shard_rows(shards, text_key, id_key)
-        yield from annotate_rows(nlp, _until_error(rows) if stop_on_error else rows, batch_size=batch_size,
-                                 n_process=n_process, confidence=confidence, fmt=fmt)
+        # a shard that cannot be read comes as a "fatal" row, not an exception:
+        # raised inside nlp.pipe, it would leave the workers blocked on their pipes
+        rows = _until_error(shard_rows(shards, text_key, id_key), ("fatal", "error") if stop_on_error else ("fatal",))
+        yield from annotate_rows(nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence,
+                                 fmt=fmt)
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
@@ -129,10 +141,10 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
                 return
 
 
-def _until_error(rows: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+def _until_error(rows: Iterable[Dict[str, Any]], kinds: Sequence[str]) -> Iterator[Dict[str, Any]]:
     for row in rows:
         yield row
-        if row["kind"] == "error":
+        if row["kind"] in kinds:
             return
 
 
@@ -165,8 +177,7 @@ def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
             # traceback and retry advice, ahead of the finished shards still in
             # flight. As a "fatal" row it travels in order, after them, and the
             # driver raises it as the local engine does.
-            row = {"shard": shard["shard"], "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
-            yield pa.Table.from_pylist([{"rows": [row]}], schema=schema)
+            yield pa.Table.from_pylist([{"rows": [fatal_row(shard["shard"], err)]}], schema=schema)
             return
 
 

@@ -201,8 +201,11 @@ def annotate(
                     break
                 errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
                 skipped += 1
-            elif kind == "fatal":  # a shard that cannot be read, from the Ray engine (see engines)
-                raise AnnotateError(row["error"])
+            elif kind == "fatal":  # a shard that cannot be read (see engines)
+                fatal = AnnotateError(row["error"])
+                if engine == "local":
+                    continue
+                break
             else:  # "end": the shard is complete; check and commit it
                 counts = json.loads(row["meta"])
                 writer = writers.pop(i, None) or make_writer(fmt, finals[i], confidence)

@@ -1,0 +1,97 @@
+"""spacy_crf.annotate: inputs that are not clean UTF-8 (lone surrogates, a
+line that is not UTF-8, a BOM, a truncated .gz), refused pipelines and options,
+signals with worker processes, and very long records."""
+import gzip
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_crf.annotate import AnnotateError, annotate, read_output
+from spacy_crf.cli import app
+from test_annotate import outputs, pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
+
+
+def run_cli(*args):
+    result = CliRunner().invoke(app, ["annotate", *map(str, args), "--no-progress"])
+    return result.exit_code, " ".join(result.output.split())
+
+
+def read_errors(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf8").splitlines()]
+
+
+# --- lone surrogates --------------------------------------------------------------------------------------------------
+
+SURROGATE_LINES = ['{"text": "张三去上海"}', '{"text": "张三\\ud800去上海"}', '{"text": "我在北京", "url": "\\udfff"}',
+                   '{"text": "李四住广州"}']
+
+
+def test_a_lone_surrogate_is_a_bad_record_skipped_to_the_errors_file(pipeline_dir, tmp_path):
+    write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=SURROGATE_LINES)
+    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip",
+                       progress=False)
+    assert summary["docs"] == 2 and summary["skipped"] == 2
+    assert [r["text"] for r in read_output(tmp_path / "out" / "x.jsonl")] == ["张三去上海", "李四住广州"]
+    errors = read_errors(tmp_path / "out" / "errors.jsonl")
+    assert [e["line"] for e in errors] == [2, 3]
+    assert "'text' is not valid Unicode: a lone surrogate '\\ud800' at char 2" in errors[0]["reason"]
+    assert "lone surrogate" in errors[1]["reason"]
+
+
+def test_a_lone_surrogate_stops_the_run_in_one_line_naming_file_and_line(pipeline_dir, tmp_path):
+    write_jsonl(tmp_path / "x.jsonl", None, lines=SURROGATE_LINES)
+    code, said = run_cli(pipeline_dir, tmp_path / "x.jsonl", tmp_path / "out")
+    assert code == 1 and "x.jsonl, line 2: 'text' is not valid Unicode" in said and "Traceback" not in said
+
+
+# --- lines that are not UTF-8, a BOM, a truncated .gz ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_on_error_skip_skips_a_line_that_is_not_utf8(pipeline_dir, tmp_path, n_process):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "x.jsonl").write_bytes(b'{"text": "\xe5\xbc\xa0"}\n{"text": "\xff\xfe"}\n{"text": "\xe6\xb5\xb7"}\n')
+    (src / "y.txt").write_bytes(b"\xe5\xbc\xa0\n\xff\n\xe6\xb5\xb7\n")
+    summary = annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process,
+                       progress=False)
+    assert summary["docs"] == 4 and summary["skipped"] == 2
+    assert [r["text"] for r in read_output(tmp_path / "out" / "x.jsonl")] == ["张", "海"]
+    assert [r["text"] for r in read_output(tmp_path / "out" / "y.jsonl")] == ["张", "海"]
+    errors = read_errors(tmp_path / "out" / "errors.jsonl")
+    assert [(os.path.basename(e["file"]), e["line"]) for e in errors] == [("x.jsonl", 2), ("y.txt", 2)]
+    assert all(e["reason"].startswith("not UTF-8 text") for e in errors)
+
+
+def test_a_line_that_is_not_utf8_stops_the_run_naming_file_and_line(pipeline_dir, tmp_path):
+    (tmp_path / "x.jsonl").write_bytes(b'{"text": "\xe5\xbc\xa0"}\n{"text": "\xff\xfe"}\n')
+    code, said = run_cli(pipeline_dir, tmp_path / "x.jsonl", tmp_path / "out")
+    assert code == 1 and "x.jsonl, line 2: not UTF-8 text" in said and "Traceback" not in said
+
+
+def test_a_utf8_bom_opening_a_shard_is_read_as_utf8_sig(pipeline_dir, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "x.jsonl").write_bytes(b"\xef\xbb\xbf" + '{"text": "张三去上海"}\n{"text": "\ufeff上海"}\n'.encode("utf8"))
+    (src / "y.txt").write_bytes(b"\xef\xbb\xbf" + "我在北京\n".encode("utf8"))
+    summary = annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), progress=False)
+    assert summary["skipped"] == 0
+    # only the BOM that opens the file goes; a U+FEFF inside a text is kept
+    assert [r["text"] for r in read_output(tmp_path / "out" / "x.jsonl")] == ["张三去上海", "\ufeff上海"]
+    assert [r["text"] for r in read_output(tmp_path / "out" / "y.jsonl")] == ["我在北京"]
+
+
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_a_truncated_gz_shard_is_named_in_one_line(pipeline_dir, tmp_path, n_process):
+    src = tmp_path / "in"
+    write_jsonl(src / "a.jsonl", [{"text": "张三去上海"}])
+    data = gzip.compress("".join(json.dumps({"text": "我在北京" * 50, "id": i}) + "\n" for i in range(200)).encode())
+    (src / "b.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(AnnotateError, match=r"b\.jsonl\.gz: truncated or corrupt gzip file after line \d+"):
+        annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process,
+                 progress=False)
+    assert sorted(outputs(tmp_path / "out")) == ["a.jsonl"] and not (tmp_path / "out" / "b.jsonl").exists()
+    code, said = run_cli(pipeline_dir, src, tmp_path / "out2", "--on-error", "skip")
+    assert code == 1 and "b.jsonl.gz: truncated or corrupt gzip file" in said and "Aborted" not in said
