@@ -95,3 +95,66 @@ def test_a_truncated_gz_shard_is_named_in_one_line(pipeline_dir, tmp_path, n_pro
     assert sorted(outputs(tmp_path / "out")) == ["a.jsonl"] and not (tmp_path / "out" / "b.jsonl").exists()
     code, said = run_cli(pipeline_dir, src, tmp_path / "out2", "--on-error", "skip")
     assert code == 1 and "b.jsonl.gz: truncated or corrupt gzip file" in said and "Aborted" not in said
+
+
+# --- pipelines refused in one line -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def segmenter_only_dir(tmp_path_factory):
+    """A pipeline with a word segmenter and no entity tagger."""
+    import spacy
+    from spacy.training import Example
+    from thinc.api import Config
+
+    from test_annotate import CONFIG
+
+    config = Config().from_str(CONFIG)
+    config["nlp"]["pipeline"] = ["tok2vec", "segmenter"]
+    del config["components"]["crf_ner"], config["components"]["merge"]
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    examples = [Example.from_dict(nlp.make_doc("张三去上海"), {"spans": {"words": [(0, 2, ""), (2, 3, ""), (3, 5, "")]}})]
+    nlp.initialize(lambda: examples)
+    path = tmp_path_factory.mktemp("segmenter_only") / "nlp"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_confidence_without_an_entity_tagger_is_refused_before_any_work(segmenter_only_dir, tmp_path, engine):
+    write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海"}])
+    code, said = run_cli(segmenter_only_dir, tmp_path / "x.jsonl", tmp_path / "out", "--confidence",
+                         "--engine", engine)
+    assert code == 1 and "--confidence needs an entity tagger" in said and "Traceback" not in said
+    assert not (tmp_path / "out").exists()
+
+
+def test_confidence_finds_a_tagger_made_by_the_crf_ner_factory():
+    import spacy
+
+    from spacy_crf.annotate.records import add_confidence, check_confidence, words_key
+
+    listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("tok2vec")
+    for factory in ("crf_segmenter", "crf_ner"):
+        nlp.add_pipe(factory, config={"model": {"@architectures": "spacy_crf.CRFTagger.v1", "tok2vec": listener}})
+    check_confidence(nlp)
+    assert add_confidence(nlp) == "crf_ner" and nlp.pipe_names[-1] == "crf_ent_confidence"
+    assert words_key(nlp) == nlp.get_pipe("crf_segmenter").cfg["spans_key"]
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_pipeline_with_truncated_weights_is_named_in_one_line(pipeline_dir, tmp_path, engine):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(pipeline_dir, broken)
+    weights = broken / "crf_ner" / "model"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海"}])
+    code, said = run_cli(broken, tmp_path / "x.jsonl", tmp_path / "out", "--engine", engine)
+    assert code == 1 and "Traceback" not in said and "Ray" not in said
+    assert f"pipeline '{broken}' cannot be loaded" in said and "truncated" in said
+    assert not (tmp_path / "out" / "x.jsonl").exists()
+

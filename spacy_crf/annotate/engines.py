@@ -49,9 +49,17 @@ def load_pipeline(pipeline, confidence: bool = False, gpu: bool = False):
 
     if gpu:
         spacy.prefer_gpu()
-    nlp = pipeline if not isinstance(pipeline, (str, os.PathLike)) else spacy.load(pipeline)
+    nlp = pipeline
+    if isinstance(pipeline, (str, os.PathLike)):
+        try:
+            nlp = spacy.load(pipeline)
+        except Exception as err:  # truncated weights, a bad config...: one line naming the pipeline
+            raise AnnotateError(f"pipeline {str(pipeline)!r} cannot be loaded: {err}") from err
     if confidence:
-        add_confidence(nlp)
+        try:
+            add_confidence(nlp)
+        except ValueError as err:
+            raise AnnotateError(str(err)) from None
     return nlp
 
 
@@ -215,6 +223,10 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         raise ImportError('--engine ray needs Ray Data: pip install "spacy-crf[ray]"') from None
     if not isinstance(pipeline, (str, os.PathLike)):
         raise ValueError("--engine ray loads the pipeline in each actor: pass a name or a path, not a Language")
+    if shards:
+        # Load it here once first: a pipeline that does not load fails in one
+        # line before Ray starts, not as an actor's creation error in Ray's traceback.
+        load_pipeline(pipeline, confidence)
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,

@@ -31,7 +31,7 @@ from .io import (
     output_path,
 )
 from ..files import write_bytes_atomic, write_text_atomic
-from .records import make_record
+from .records import check_confidence, make_record
 from .state import (
     check_errors_file,
     check_options,
@@ -124,6 +124,11 @@ def annotate(
 
         if not is_package(str(pipeline)):  # fail here, not in every Ray actor
             raise AnnotateError(f"pipeline {str(pipeline)!r}: no such folder or installed package")
+    if confidence:
+        try:
+            check_confidence(pipeline)
+        except ValueError as err:
+            raise AnnotateError(str(err)) from None
     root, shards = find_shards(str(input))
     out = Path(output)
     by_ext = next((f for f, ext in OUTPUT_FORMATS.items() if out.name.endswith(ext)), None)
