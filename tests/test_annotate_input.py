@@ -158,3 +158,77 @@ def test_a_pipeline_with_truncated_weights_is_named_in_one_line(pipeline_dir, tm
     assert f"pipeline '{broken}' cannot be loaded" in said and "truncated" in said
     assert not (tmp_path / "out" / "x.jsonl").exists()
 
+
+# --- signals with --n-process 2 --------------------------------------------------------------------------------------
+
+
+def _alive_children(pids):
+    """The pids that still run (a zombie left to an init that does not reap is not running)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf8") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            alive.append(pid)
+    return alive
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf8") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads processes from /proc")
+@pytest.mark.parametrize("sig,to_group,code", [("SIGINT", True, 130), ("SIGINT", False, 130), ("SIGTERM", False, 143)])
+def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_dir, tmp_path, sig, to_group, code):
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = random.Random(7)
+    chars = "我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生。"
+    src, out = tmp_path / "in", tmp_path / "out"
+    for k in range(8):
+        write_jsonl(src / f"s{k}.jsonl", [{"text": "".join(rng.choice(chars) for _ in range(200)), "id": f"{k}-{i}"}
+                                          for i in range(150)])
+    cmd = [sys.executable, "-m", "spacy_crf", "annotate", str(pipeline_dir), str(src), str(out), "--n-process", "2",
+           "--batch-size", "4", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.time() + 180
+        while not (out / "s0.jsonl").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        workers = _children(proc.pid)
+        assert proc.poll() is None and len(workers) >= 2, "the run ended before the signal"
+        if to_group:  # as Ctrl-C sends it
+            os.killpg(proc.pid, getattr(signal, sig))
+        else:
+            proc.send_signal(getattr(signal, sig))
+        said = " ".join(proc.communicate(timeout=60)[0].decode().split())
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == code, said
+    assert "Traceback" not in said and "rerun the same command to resume" in said
+    time.sleep(0.5)
+    assert _alive_children(workers) == []
+    assert not (out / "s7.jsonl").exists()  # stopped mid-run
+    summary = annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert summary["shards_resumed"] >= 1
+    got = outputs(out)
+    assert {name: [r["id"] for r in records] for name, records in got.items()} == \
+        {f"s{k}.jsonl": [f"{k}-{i}" for i in range(150)] for k in range(8)}

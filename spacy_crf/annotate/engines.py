@@ -23,7 +23,11 @@ Both engines run the same code on the same batches (``shard_chunks``:
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
+import multiprocessing
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .io import AnnotateError, dumps, read_rows
@@ -121,6 +125,69 @@ def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, s
         yield chunk
 
 
+class Terminated(BaseException):
+    """SIGTERM stopped the run (a BaseException, as KeyboardInterrupt is for
+    SIGINT: spaCy's workers catch every Exception and carry on)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+@contextmanager
+def workers_stop_on_signal() -> Iterator[None]:
+    """SIGINT and SIGTERM terminate the worker processes started meanwhile
+    (``nlp.pipe(n_process > 1)``), then raise ``KeyboardInterrupt`` or
+    ``Terminated`` here. Without it, SIGINT to this process alone left
+    ``nlp.pipe`` joining workers blocked on a full pipe (a hang), and SIGTERM
+    left them orphaned, blocked forever. A signal that is ignored (``nohup``,
+    a background job) or has someone else's handler is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    before = {p.pid for p in multiprocessing.active_children()}
+    old_queues = {id(q) for q in _queues()}
+
+    def handler(signum, frame):
+        if os.getpid() != owner:  # a forked worker: die of the signal, as it would without this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        for child in multiprocessing.active_children():
+            if child.pid not in before:
+                child.terminate()
+        # The queues feeding those workers may hold more than a pipe takes: their
+        # feeder threads stay blocked on the write, and joining them at exit
+        # would hang. Nothing in them is needed any more.
+        for queue in _queues():
+            if id(queue) not in old_queues:
+                queue.cancel_join_thread()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    saved = {}
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(signum) is default:
+            saved[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in saved.items():
+            signal.signal(signum, old)
+
+
+def _queues() -> List[Any]:
+    """The multiprocessing queues alive in this process (spaCy's ``nlp.pipe``
+    keeps its own out of reach)."""
+    import gc
+    from multiprocessing.queues import Queue
+
+    # type(), not isinstance: isinstance reads __class__, which some objects (torch) warn on
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), Queue)]
+
+
 def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                  batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
                  confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, stop_on_error: bool = False,
@@ -135,6 +202,12 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
+    with workers_stop_on_signal():
+        yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error)
+
+
+def _local_rows(nlp, shards: Sequence[Shard], text_key: str, id_key: str, batch_size: int, n_process: int,
+                confidence: bool, fmt: str, stop_on_error: bool) -> Iterator[Dict[str, Any]]:
     if n_process > 1:  # spaCy's own batches run across shard ends
         # a shard that cannot be read comes as a "fatal" row, not an exception:
         # raised inside nlp.pipe, it would leave the workers blocked on their pipes

@@ -1,5 +1,6 @@
 """``spacy crf annotate``: run a pipeline over a corpus of shards, locally or
 on a Ray cluster (:func:`spacy_crf.annotate.annotate`)."""
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -53,6 +54,7 @@ def annotate_cli(
       spacy crf annotate zh_crf_pipeline /shared/corpus/ /shared/out/ --engine ray --address auto --workers 64
     """
     from ..annotate import AnnotateError, annotate
+    from ..annotate.engines import Terminated
 
     for option, value, minimum in [("--batch-size", batch_size, 1), ("--n-process", n_process, 1),
                                    ("--workers", workers, 1), ("--cpus-per-worker", cpus_per_worker, 0),
@@ -69,6 +71,11 @@ def annotate_cli(
         )
     except (AnnotateError, OSError) as err:
         msg.fail(str(err), exits=1)
+    except (KeyboardInterrupt, Terminated) as stop:
+        # finished shards are committed, the one in progress is not: a rerun resumes exactly
+        name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else signal.Signals(stop.signum).name
+        msg.warn(f"stopped by {name}; finished shards are kept, rerun the same command to resume")
+        raise typer.Exit(128 + (signal.SIGINT if isinstance(stop, KeyboardInterrupt) else stop.signum))
     for shard in summary["redone"]:
         msg.warn(f"redid {shard['shard']}: {shard['reason']}")
     msg.good(
