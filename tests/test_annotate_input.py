@@ -232,3 +232,107 @@ def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_d
     got = outputs(out)
     assert {name: [r["id"] for r in records] for name, records in got.items()} == \
         {f"s{k}.jsonl": [f"{k}-{i}" for i in range(150)] for k in range(8)}
+
+
+# --- very long records -----------------------------------------------------------------------------------------------
+
+
+def _long_texts():
+    import random
+
+    rng = random.Random(5)
+    chars = "我在北京工作今天天气好他们的是了人有中国大学生"
+    sentences = []
+    for _ in range(120):
+        body = "".join(rng.choice(chars) for _ in range(rng.randint(10, 60)))
+        sentences.append(body[:5] + rng.choice(["张三去上海", "李四住广州", "我在北京工作"]) + body[5:] +
+                         rng.choice(["。", "！", "？”"]))
+    punctuated = "".join(sentences)
+    bare = "".join(rng.choice(chars + "张三上海") for _ in range(3000))  # no sentence end anywhere
+    return punctuated, bare
+
+
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_a_long_record_is_annotated_in_pieces_and_written_whole(pipeline_dir, tmp_path, n_process):
+    import spacy
+
+    from test_annotate import by_pieces
+
+    punctuated, bare = _long_texts()
+    assert len(punctuated) > 3000
+    write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海", "id": "short"}, {"text": punctuated, "id": "long"},
+                                       {"text": bare, "id": "bare"}])
+    summary = annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.out.jsonl"), max_chars=500,
+                       n_process=n_process, batch_size=4, progress=False)
+    records = read_output(tmp_path / "x.out.jsonl")
+    assert [r["id"] for r in records] == ["short", "long", "bare"]  # one record each, in order
+    assert [r["text"] for r in records] == ["张三去上海", punctuated, bare]
+    nlp = spacy.load(pipeline_dir)
+    for r in records:
+        assert (r["words"], r["ents"]) == by_pieces(nlp, r["text"], 500)
+    assert any(r["ents"] for r in records[1:])
+    # every word and entity lies inside the text, in order, and none overlaps another
+    for r in records:
+        for key in ("words", "ents"):
+            spans = [(s, e) for s, e in r[key]] if key == "words" else [(e["start"], e["end"]) for e in r[key]]
+            assert all(0 <= s < e <= len(r["text"]) for s, e in spans)
+            assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
+    assert summary["records_split"] == 2
+    assert summary["cuts"]["sentence"] >= len(punctuated) // 500 and "hard" not in summary["cuts"]
+
+
+def test_a_long_record_in_a_docbin_keeps_its_text_entities_and_confidences(pipeline_dir, tmp_path):
+    import spacy
+    from spacy.tokens import DocBin
+
+    from spacy_crf.corpora.split import split_long
+    from test_annotate import by_pieces
+
+    punctuated, _ = _long_texts()
+    write_jsonl(tmp_path / "x.jsonl", [{"text": punctuated}])
+    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.spacy"), max_chars=700,
+             confidence=True, progress=False)
+    nlp = spacy.load(pipeline_dir)
+    (doc,) = DocBin().from_disk(tmp_path / "x.spacy").get_docs(nlp.vocab)
+    assert doc.text == punctuated
+    _, want_ents = by_pieces(nlp, punctuated, 700)
+    pieces = [p.text for p in split_long(nlp.tokenizer(punctuated), 700)]
+    want_tokens, offset = [], 0
+    for piece in nlp.pipe(pieces):
+        want_tokens += [(t.idx + offset, t.idx + offset + len(t)) for t in piece]
+        offset += len(piece.text)
+    assert [(t.idx, t.idx + len(t)) for t in doc] == want_tokens
+    assert [{"start": e.start_char, "end": e.end_char, "label": e.label_} for e in doc.ents] == want_ents
+    confidences = doc.user_data["crf_ent_confidence"]
+    assert [(s, e, label) for s, e, label, _ in confidences] == [(e["start"], e["end"], e["label"]) for e in want_ents]
+
+
+def test_a_token_longer_than_max_chars_is_cut_at_the_bound():
+    import spacy
+
+    from spacy_crf.annotate.pieces import piece_bounds
+
+    from collections import Counter
+
+    cuts = Counter()
+    nlp = spacy.blank("en")
+    assert piece_bounds(nlp, "x" * 50, 20, cuts) == [(0, 20), (20, 40), (40, 50)]
+    assert cuts == {"inside_token": 2}
+    assert piece_bounds(nlp, "short", 20) == [(0, 5)]
+
+
+def test_max_chars_out_of_range_is_refused_before_any_work(pipeline_dir, tmp_path):
+    write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海"}])
+    with pytest.raises(AnnotateError, match="^max_chars must be >= 1"):
+        annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "out"), max_chars=0, progress=False)
+    code, said = run_cli(pipeline_dir, tmp_path / "x.jsonl", tmp_path / "out", "--max-chars", "-3")
+    assert code == 2 and "--max-chars" in said and "Traceback" not in said
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_says_how_long_records_were_cut(pipeline_dir, tmp_path):
+    punctuated, _ = _long_texts()
+    write_jsonl(tmp_path / "x.jsonl", [{"text": punctuated}])
+    code, said = run_cli(pipeline_dir, tmp_path / "x.jsonl", tmp_path / "out", "--max-chars", "1000")
+    assert code == 0, said
+    assert "1 records longer than 1,000 characters were annotated in pieces" in said and "sentence" in said

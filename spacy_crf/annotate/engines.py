@@ -27,10 +27,12 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .io import AnnotateError, dumps, read_rows
+from .pieces import DEFAULT_MAX_CHARS, join_annotations, join_docs, piece_bounds
 from .records import add_confidence, annotations, words_key
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
@@ -75,22 +77,54 @@ def _doc_bytes(doc) -> bytes:
 
 
 def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, n_process: int = 1,
-                  confidence: bool = False, fmt: str = "jsonl") -> Iterator[Dict[str, Any]]:
+                  confidence: bool = False, fmt: str = "jsonl",
+                  max_chars: int = DEFAULT_MAX_CHARS) -> Iterator[Dict[str, Any]]:
     """Annotated rows, in input order: every row comes back, the "doc" rows
     with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
-    (the doc's bytes). Other rows pass through an empty doc, so that they keep
-    their place in the stream."""
+    (the doc's bytes), and ``cuts`` (JSON counts by kind) when the text was
+    longer than ``max_chars`` and annotated in pieces (see ``pieces``). Other
+    rows pass through an empty doc, so that they keep their place in the stream."""
     key = words_key(nlp)
-    stream = ((row["text"] if row["kind"] == "doc" else "", row) for row in rows)
-    for doc, row in nlp.pipe(stream, as_tuples=True, batch_size=batch_size, n_process=n_process):
-        out = dict(row)
-        out["ann"] = out["doc"] = None
-        if row["kind"] == "doc":
-            if fmt == "spacy":
-                out["doc"] = _doc_bytes(doc)
-            else:
-                out["ann"] = dumps(annotations(doc, key, confidence))
-        yield out
+
+    def texts():
+        for row in rows:
+            if row["kind"] != "doc":
+                yield "", (row, 0, 1, None)
+                continue
+            cuts: Counter = Counter()
+            bounds = piece_bounds(nlp, row["text"], max_chars, cuts)
+            for k, (start, end) in enumerate(bounds):
+                yield row["text"][start:end], (row, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
+
+    parts: List[Tuple[int, Any]] = []
+    for doc, (row, k, n, cuts) in nlp.pipe(texts(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+        if row["kind"] == "doc" and n > 1:
+            parts.append((len(parts[-1][1].text) + parts[-1][0] if parts else 0, doc))
+            if k < n - 1:
+                continue
+            doc_or_parts, parts = parts, []
+        else:
+            doc_or_parts = doc
+        yield _annotated(row, doc_or_parts, key, confidence, fmt, cuts)
+
+
+def _annotated(row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str,
+               cuts: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    """``row`` with its annotations; ``doc``: the doc, or ``[(offset, doc), ...]``
+    for a text annotated in pieces."""
+    out = dict(row)
+    out["ann"] = out["doc"] = None
+    out["cuts"] = dumps(cuts) if cuts else None
+    if row["kind"] != "doc":
+        return out
+    if fmt == "spacy":
+        whole = join_docs([d for _, d in doc], [o for o, _ in doc]) if isinstance(doc, list) else doc
+        out["doc"] = _doc_bytes(whole)
+    elif isinstance(doc, list):
+        out["ann"] = dumps(join_annotations([(o, annotations(d, key, confidence)) for o, d in doc]))
+    else:
+        out["ann"] = dumps(annotations(doc, key, confidence))
+    return out
 
 
 Shard = Tuple[int, str, str]  # (index, path, name)
@@ -191,7 +225,7 @@ def _queues() -> List[Any]:
 def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                  batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
                  confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, stop_on_error: bool = False,
-                 **_) -> Iterator[Dict[str, Any]]:
+                 max_chars: int = DEFAULT_MAX_CHARS, **_) -> Iterator[Dict[str, Any]]:
     """``stop_on_error``: read no further than the first bad record, so that the
     caller can drain the stream instead of abandoning it: an abandoned
     ``nlp.pipe(n_process=2)`` can leave its workers blocked on a full pipe."""
@@ -203,21 +237,23 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
     with workers_stop_on_signal():
-        yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error)
+        yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error,
+                               max_chars)
 
 
 def _local_rows(nlp, shards: Sequence[Shard], text_key: str, id_key: str, batch_size: int, n_process: int,
-                confidence: bool, fmt: str, stop_on_error: bool) -> Iterator[Dict[str, Any]]:
+                confidence: bool, fmt: str, stop_on_error: bool, max_chars: int) -> Iterator[Dict[str, Any]]:
     if n_process > 1:  # spaCy's own batches run across shard ends
         # a shard that cannot be read comes as a "fatal" row, not an exception:
         # raised inside nlp.pipe, it would leave the workers blocked on their pipes
         rows = _until_error(shard_rows(shards, text_key, id_key), ("fatal", "error") if stop_on_error else ("fatal",))
         yield from annotate_rows(nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence,
-                                 fmt=fmt)
+                                 fmt=fmt, max_chars=max_chars)
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
-            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt)
+            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt,
+                                     max_chars=max_chars)
             if stop_on_error and any(row["kind"] == "error" for row in chunk):
                 return
 
@@ -239,7 +275,7 @@ def _schemas():
 
     row = [("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
            ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())]
-    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary())]
+    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary()), ("cuts", pa.string())]
     return (pa.schema([("rows", pa.large_list(pa.struct(row)))]),
             pa.schema([("rows", pa.large_list(pa.struct(out)))]))
 
@@ -265,13 +301,15 @@ def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
 class RayAnnotator:
     """One actor of the pool: loads the pipeline once, annotates chunks."""
 
-    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool) -> None:
+    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
         import spacy_crf  # noqa: F401  (registers the factories in the worker)
 
         set_threads(threads)
         self.nlp = load_pipeline(pipeline, confidence, gpu)
         self.confidence = confidence
         self.fmt = fmt
+        self.max_chars = max_chars
         _, self.schema = _schemas()
 
     def __call__(self, batch):
@@ -280,7 +318,7 @@ class RayAnnotator:
         out = []
         for packed in batch.column("rows").to_pylist():
             rows = list(annotate_rows(self.nlp, packed, batch_size=max(1, len(packed)),
-                                      confidence=self.confidence, fmt=self.fmt))
+                                      confidence=self.confidence, fmt=self.fmt, max_chars=self.max_chars))
             out.append({"rows": rows})
         return pa.Table.from_pylist(out, schema=self.schema)
 
@@ -288,7 +326,8 @@ class RayAnnotator:
 def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                batch_size: int = 64, workers: int = 1, cpus_per_worker: float = 1.0,
                gpus_per_worker: float = 0.0, address: Optional[str] = None, confidence: bool = False,
-               fmt: str = "jsonl", progress: bool = True, **_) -> Iterator[Dict[str, Any]]:
+               fmt: str = "jsonl", progress: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
+               **_) -> Iterator[Dict[str, Any]]:
     try:
         import ray
         import ray.data
@@ -332,7 +371,8 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         ds = ds.map_batches(
             RayAnnotator,
             fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
-                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
+                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0,
+                                   "max_chars": max_chars},
             batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
             # An actor that dies (node lost, OOM kill, ray.kill) is restarted and
