@@ -83,16 +83,21 @@ def test_a_utf8_bom_opening_a_shard_is_read_as_utf8_sig(pipeline_dir, tmp_path):
     assert [r["text"] for r in read_output(tmp_path / "out" / "y.jsonl")] == ["我在北京"]
 
 
-@pytest.mark.parametrize("n_process", [1, 2])
-def test_a_truncated_gz_shard_is_named_in_one_line(pipeline_dir, tmp_path, n_process):
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, on its context
+@pytest.mark.parametrize("engine,n_process", [("local", 1), ("local", 2), ("ray", 1)])
+def test_a_truncated_gz_shard_is_named_in_one_line(pipeline_dir, tmp_path, request, engine, n_process):
+    if engine == "ray":
+        request.getfixturevalue("ray_session")
     src = tmp_path / "in"
     write_jsonl(src / "a.jsonl", [{"text": "张三去上海"}])
     data = gzip.compress("".join(json.dumps({"text": "我在北京" * 50, "id": i}) + "\n" for i in range(200)).encode())
     (src / "b.jsonl.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(AnnotateError, match=r"b\.jsonl\.gz: truncated or corrupt gzip file after line \d+"):
         annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process,
-                 progress=False)
+                 engine=engine, progress=False)
     assert sorted(outputs(tmp_path / "out")) == ["a.jsonl"] and not (tmp_path / "out" / "b.jsonl").exists()
+    if engine == "ray":
+        return
     code, said = run_cli(pipeline_dir, src, tmp_path / "out2", "--on-error", "skip")
     assert code == 1 and "b.jsonl.gz: truncated or corrupt gzip file" in said and "Aborted" not in said
 
