@@ -85,27 +85,32 @@ def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, 
     longer than ``max_chars`` and annotated in pieces (see ``pieces``). Other
     rows pass through an empty doc, so that they keep their place in the stream."""
     key = words_key(nlp)
+    # The rows wait here, and only their number travels with each text (with
+    # n_process > 1 a context is pickled to a worker and back): a record cut
+    # into 200 pieces would otherwise travel 200 times whole.
+    held: Dict[int, Dict[str, Any]] = {}
 
     def texts():
-        for row in rows:
+        for seq, row in enumerate(rows):
+            held[seq] = row
             if row["kind"] != "doc":
-                yield "", (row, 0, 1, None)
+                yield "", (seq, 0, 1, None)
                 continue
             cuts: Counter = Counter()
             bounds = piece_bounds(nlp, row["text"], max_chars, cuts)
             for k, (start, end) in enumerate(bounds):
-                yield row["text"][start:end], (row, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
+                yield row["text"][start:end], (seq, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
 
     parts: List[Tuple[int, Any]] = []
-    for doc, (row, k, n, cuts) in nlp.pipe(texts(), as_tuples=True, batch_size=batch_size, n_process=n_process):
-        if row["kind"] == "doc" and n > 1:
+    for doc, (seq, k, n, cuts) in nlp.pipe(texts(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+        if n > 1:
             parts.append((len(parts[-1][1].text) + parts[-1][0] if parts else 0, doc))
             if k < n - 1:
                 continue
             doc_or_parts, parts = parts, []
         else:
             doc_or_parts = doc
-        yield _annotated(row, doc_or_parts, key, confidence, fmt, cuts)
+        yield _annotated(held.pop(seq), doc_or_parts, key, confidence, fmt, cuts)
 
 
 def _annotated(row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str,
@@ -169,19 +174,20 @@ class Terminated(BaseException):
 
 
 @contextmanager
-def workers_stop_on_signal() -> Iterator[None]:
+def workers_stop_on_signal(workers: bool = True) -> Iterator[None]:
     """SIGINT and SIGTERM terminate the worker processes started meanwhile
     (``nlp.pipe(n_process > 1)``), then raise ``KeyboardInterrupt`` or
     ``Terminated`` here. Without it, SIGINT to this process alone left
     ``nlp.pipe`` joining workers blocked on a full pipe (a hang), and SIGTERM
     left them orphaned, blocked forever. A signal that is ignored (``nohup``,
-    a background job) or has someone else's handler is left as it is."""
+    a background job) or has someone else's handler is left as it is.
+    ``workers=False``: none will be started (skips the look for queues)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     owner = os.getpid()
     before = {p.pid for p in multiprocessing.active_children()}
-    old_queues = {id(q) for q in _queues()}
+    old_queues = {id(q) for q in _queues()} if workers else set()
 
     def handler(signum, frame):
         if os.getpid() != owner:  # a forked worker: die of the signal, as it would without this handler
@@ -194,7 +200,7 @@ def workers_stop_on_signal() -> Iterator[None]:
         # The queues feeding those workers may hold more than a pipe takes: their
         # feeder threads stay blocked on the write, and joining them at exit
         # would hang. Nothing in them is needed any more.
-        for queue in _queues():
+        for queue in _queues() if workers else []:
             if id(queue) not in old_queues:
                 queue.cancel_join_thread()
         if signum == signal.SIGINT:
@@ -236,7 +242,7 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
-    with workers_stop_on_signal():
+    with workers_stop_on_signal(n_process > 1):
         yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error,
                                max_chars)
 
