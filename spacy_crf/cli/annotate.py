@@ -45,7 +45,9 @@ def annotate_cli(
     annotate did not write is refused unless --force. A record holds the
     id, the text, the words as (start, end) character offsets, the entities
     as {start, end, label} and the input record's other fields; records keep
-    the input order.
+    the input order. A record longer than --max-chars is annotated in pieces
+    cut at sentence ends where possible and written as one record. Ctrl-C or
+    SIGTERM stops the run (and its --n-process workers); rerun to resume.
 
     \b
     Examples:
