@@ -341,3 +341,26 @@ def test_the_command_says_how_long_records_were_cut(pipeline_dir, tmp_path):
     code, said = run_cli(pipeline_dir, tmp_path / "x.jsonl", tmp_path / "out", "--max-chars", "1000")
     assert code == 0, said
     assert "1 records longer than 1,000 characters were annotated in pieces" in said and "sentence" in said
+
+
+def test_a_record_over_the_pipelines_max_length_is_cut_to_it(pipeline_dir, tmp_path):
+    import spacy
+
+    punctuated, _ = _long_texts()
+    nlp = spacy.load(pipeline_dir)
+    nlp.max_length = 300  # nlp.pipe refuses a longer text (spaCy's E088)
+    write_jsonl(tmp_path / "x.jsonl", [{"text": punctuated}])
+    summary = annotate(nlp, str(tmp_path / "x.jsonl"), str(tmp_path / "x.out.jsonl"), progress=False)
+    assert read_output(tmp_path / "x.out.jsonl")[0]["text"] == punctuated
+    assert summary["records_split"] == 1 and sum(summary["cuts"].values()) >= len(punctuated) // 300
+
+
+def test_a_truncated_parquet_shard_is_named_in_one_line(pipeline_dir, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["张三去上海"] * 100}), tmp_path / "x.parquet")
+    data = (tmp_path / "x.parquet").read_bytes()
+    (tmp_path / "x.parquet").write_bytes(data[: len(data) // 2])
+    code, said = run_cli(pipeline_dir, tmp_path / "x.parquet", tmp_path / "out")
+    assert code == 1 and "x.parquet: truncated or corrupt Parquet file" in said and "Traceback" not in said

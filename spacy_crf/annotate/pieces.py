@@ -25,7 +25,9 @@ DEFAULT_MAX_CHARS = 2000
 
 def piece_bounds(nlp, text: str, max_chars: int, cuts: Optional[Counter] = None) -> List[Tuple[int, int]]:
     """``[(start, end), ...]`` character ranges that cover ``text`` in order,
-    each at most ``max_chars`` long; ``cuts`` counts the cuts by kind."""
+    each at most ``max_chars`` long (and never over ``nlp.max_length``, which
+    ``nlp.pipe`` refuses); ``cuts`` counts the cuts by kind."""
+    max_chars = min(max_chars, nlp.max_length)
     if len(text) <= max_chars:
         return [(0, len(text))]
     from ..corpora.split import SplitError, split_long
