@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
+from test_annotate import outputs, pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
 from typer.testing import CliRunner
 
 from spacy_crf.annotate import AnnotateError, annotate, read_output
 from spacy_crf.cli import app
-from test_annotate import outputs, pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
 
 
 def run_cli(*args):
@@ -110,9 +110,8 @@ def segmenter_only_dir(tmp_path_factory):
     """A pipeline with a word segmenter and no entity tagger."""
     import spacy
     from spacy.training import Example
-    from thinc.api import Config
-
     from test_annotate import CONFIG
+    from thinc.api import Config
 
     config = Config().from_str(CONFIG)
     config["nlp"]["pipeline"] = ["tok2vec", "segmenter"]
@@ -260,7 +259,6 @@ def _long_texts():
 @pytest.mark.parametrize("n_process", [1, 2])
 def test_a_long_record_is_annotated_in_pieces_and_written_whole(pipeline_dir, tmp_path, n_process):
     import spacy
-
     from test_annotate import by_pieces
 
     punctuated, bare = _long_texts()
@@ -289,9 +287,9 @@ def test_a_long_record_is_annotated_in_pieces_and_written_whole(pipeline_dir, tm
 def test_a_long_record_in_a_docbin_keeps_its_text_entities_and_confidences(pipeline_dir, tmp_path):
     import spacy
     from spacy.tokens import DocBin
+    from test_annotate import by_pieces
 
     from spacy_crf.corpora.split import split_long
-    from test_annotate import by_pieces
 
     punctuated, _ = _long_texts()
     write_jsonl(tmp_path / "x.jsonl", [{"text": punctuated}])
@@ -313,11 +311,11 @@ def test_a_long_record_in_a_docbin_keeps_its_text_entities_and_confidences(pipel
 
 
 def test_a_token_longer_than_max_chars_is_cut_at_the_bound():
+    from collections import Counter
+
     import spacy
 
     from spacy_crf.annotate.pieces import piece_bounds
-
-    from collections import Counter
 
     cuts = Counter()
     nlp = spacy.blank("en")

@@ -68,7 +68,8 @@ def join_docs(docs: List[Any], offsets: List[int]):
 
     from .records import CONFIDENCE_KEY
 
-    doc = Doc.from_docs(docs, ensure_whitespace=False, exclude=["user_data", "tensor"])
+    # exclude: a keyword of spaCy >= 3.3 that its type stub lacks
+    doc = Doc.from_docs(docs, ensure_whitespace=False, exclude=["user_data", "tensor"])  # type: ignore[call-arg]
     if any(CONFIDENCE_KEY in piece.user_data for piece in docs):
         doc.user_data[CONFIDENCE_KEY] = [[s + offset, e + offset, label, conf] for piece, offset in zip(docs, offsets)
                                          for s, e, label, conf in piece.user_data.get(CONFIDENCE_KEY, [])]

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..files import write_bytes_atomic, write_text_atomic
 from .engines import ENGINES
 from .io import (
     OUTPUT_FORMATS,
@@ -31,7 +32,6 @@ from .io import (
     make_writer,
     output_path,
 )
-from ..files import write_bytes_atomic, write_text_atomic
 from .pieces import DEFAULT_MAX_CHARS
 from .records import check_confidence, make_record
 from .state import (

@@ -79,7 +79,7 @@ def annotate_cli(
         # finished shards are committed, the one in progress is not: a rerun resumes exactly
         name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else signal.Signals(stop.signum).name
         msg.warn(f"stopped by {name}; finished shards are kept, rerun the same command to resume")
-        raise typer.Exit(128 + (signal.SIGINT if isinstance(stop, KeyboardInterrupt) else stop.signum))
+        raise typer.Exit(128 + (signal.SIGINT if isinstance(stop, KeyboardInterrupt) else stop.signum)) from None
     for shard in summary["redone"]:
         msg.warn(f"redid {shard['shard']}: {shard['reason']}")
     msg.good(
