@@ -96,14 +96,28 @@ def pipeline_dir(tmp_path_factory):
     return path
 
 
+def by_pieces(nlp, text, max_chars=2000):
+    """words and ents of ``text`` from nlp.pipe, by hand: a text longer than
+    ``max_chars`` is cut by the corpus converter's split_long on the
+    tokenizer's tokens, each piece annotated, its offsets shifted back."""
+    from spacy_crf.corpora.split import split_long
+
+    pieces = [p.text for p in split_long(nlp.tokenizer(text), max_chars)] if len(text) > max_chars else [text]
+    assert "".join(pieces) == text
+    words, ents, offset = [], [], 0
+    for piece, doc in zip(pieces, nlp.pipe(pieces)):
+        assert doc.text == piece
+        words += [[s.start_char + offset, s.end_char + offset] for s in doc.spans["words"]]
+        ents += [{"start": e.start_char + offset, "end": e.end_char + offset, "label": e.label_} for e in doc.ents]
+        offset += len(piece)
+    return words, ents
+
+
 @pytest.fixture(scope="module")
 def expected(pipeline_dir):
-    """words and ents per text, straight from nlp.pipe."""
+    """words and ents per text, straight from nlp.pipe (LONG, over --max-chars, in pieces)."""
     nlp = spacy.load(pipeline_dir)
-    out = {}
-    for text, doc in zip(TEXTS + [LONG], nlp.pipe(TEXTS + [LONG])):
-        out[text] = ([[s.start_char, s.end_char] for s in doc.spans["words"]],
-                     [{"start": e.start_char, "end": e.end_char, "label": e.label_} for e in doc.ents])
+    out = {text: by_pieces(nlp, text) for text in TEXTS + [LONG]}
     assert any(ents for _, ents in out.values()) and any(words for words, _ in out.values())
     return out
 

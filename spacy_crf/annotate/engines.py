@@ -23,11 +23,16 @@ Both engines run the same code on the same batches (``shard_chunks``:
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
+import multiprocessing
 import os
-from itertools import chain
+import signal
+import threading
+from collections import Counter
+from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .io import AnnotateError, dumps, read_rows
+from .pieces import DEFAULT_MAX_CHARS, join_annotations, join_docs, piece_bounds
 from .records import add_confidence, annotations, words_key
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
@@ -50,9 +55,17 @@ def load_pipeline(pipeline, confidence: bool = False, gpu: bool = False):
 
     if gpu:
         spacy.prefer_gpu()
-    nlp = pipeline if not isinstance(pipeline, (str, os.PathLike)) else spacy.load(pipeline)
+    nlp = pipeline
+    if isinstance(pipeline, (str, os.PathLike)):
+        try:
+            nlp = spacy.load(pipeline)
+        except Exception as err:  # truncated weights, a bad config...: one line naming the pipeline
+            raise AnnotateError(f"pipeline {str(pipeline)!r} cannot be loaded: {err}") from err
     if confidence:
-        add_confidence(nlp)
+        try:
+            add_confidence(nlp)
+        except ValueError as err:
+            raise AnnotateError(str(err)) from None
     return nlp
 
 
@@ -64,29 +77,77 @@ def _doc_bytes(doc) -> bytes:
 
 
 def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, n_process: int = 1,
-                  confidence: bool = False, fmt: str = "jsonl") -> Iterator[Dict[str, Any]]:
+                  confidence: bool = False, fmt: str = "jsonl",
+                  max_chars: int = DEFAULT_MAX_CHARS) -> Iterator[Dict[str, Any]]:
     """Annotated rows, in input order: every row comes back, the "doc" rows
     with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
-    (the doc's bytes). Other rows pass through an empty doc, so that they keep
-    their place in the stream."""
+    (the doc's bytes), and ``cuts`` (JSON counts by kind) when the text was
+    longer than ``max_chars`` and annotated in pieces (see ``pieces``). Other
+    rows pass through an empty doc, so that they keep their place in the stream."""
     key = words_key(nlp)
-    stream = ((row["text"] if row["kind"] == "doc" else "", row) for row in rows)
-    for doc, row in nlp.pipe(stream, as_tuples=True, batch_size=batch_size, n_process=n_process):
-        out = dict(row)
-        out["ann"] = out["doc"] = None
-        if row["kind"] == "doc":
-            if fmt == "spacy":
-                out["doc"] = _doc_bytes(doc)
-            else:
-                out["ann"] = dumps(annotations(doc, key, confidence))
-        yield out
+    # The rows wait here, and only their number travels with each text (with
+    # n_process > 1 a context is pickled to a worker and back): a record cut
+    # into 200 pieces would otherwise travel 200 times whole.
+    held: Dict[int, Dict[str, Any]] = {}
+
+    def texts():
+        for seq, row in enumerate(rows):
+            held[seq] = row
+            if row["kind"] != "doc":
+                yield "", (seq, 0, 1, None)
+                continue
+            cuts: Counter = Counter()
+            bounds = piece_bounds(nlp, row["text"], max_chars, cuts)
+            for k, (start, end) in enumerate(bounds):
+                yield row["text"][start:end], (seq, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
+
+    parts: List[Tuple[int, Any]] = []
+    for doc, (seq, k, n, cuts) in nlp.pipe(texts(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+        if n > 1:
+            parts.append((len(parts[-1][1].text) + parts[-1][0] if parts else 0, doc))
+            if k < n - 1:
+                continue
+            doc_or_parts, parts = parts, []
+        else:
+            doc_or_parts = doc
+        yield _annotated(held.pop(seq), doc_or_parts, key, confidence, fmt, cuts)
+
+
+def _annotated(row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str,
+               cuts: Optional[Dict[str, int]]) -> Dict[str, Any]:
+    """``row`` with its annotations; ``doc``: the doc, or ``[(offset, doc), ...]``
+    for a text annotated in pieces."""
+    out = dict(row)
+    out["ann"] = out["doc"] = None
+    out["cuts"] = dumps(cuts) if cuts else None
+    if row["kind"] != "doc":
+        return out
+    if fmt == "spacy":
+        whole = join_docs([d for _, d in doc], [o for o, _ in doc]) if isinstance(doc, list) else doc
+        out["doc"] = _doc_bytes(whole)
+    elif isinstance(doc, list):
+        out["ann"] = dumps(join_annotations([(o, annotations(d, key, confidence)) for o, d in doc]))
+    else:
+        out["ann"] = dumps(annotations(doc, key, confidence))
+    return out
 
 
 Shard = Tuple[int, str, str]  # (index, path, name)
 
 
 def shard_rows(shards: Sequence[Shard], text_key: str, id_key: str) -> Iterator[Dict[str, Any]]:
-    return chain.from_iterable(read_rows(path, i, name, text_key, id_key) for i, path, name in shards)
+    """The rows of every shard; a shard that cannot be read ends the rows with
+    a "fatal" row in its place (see ``_read_shard_chunks``)."""
+    for i, path, name in shards:
+        try:
+            yield from read_rows(path, i, name, text_key, id_key)
+        except (AnnotateError, OSError) as err:
+            yield fatal_row(i, err)
+            return
+
+
+def fatal_row(shard: int, err: Exception) -> Dict[str, Any]:
+    return {"shard": shard, "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
 
 
 def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, size: int) -> Iterator[List[Dict[str, Any]]]:
@@ -103,10 +164,74 @@ def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, s
         yield chunk
 
 
+class Terminated(BaseException):
+    """SIGTERM stopped the run (a BaseException, as KeyboardInterrupt is for
+    SIGINT: spaCy's workers catch every Exception and carry on)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+@contextmanager
+def workers_stop_on_signal(workers: bool = True) -> Iterator[None]:
+    """SIGINT and SIGTERM terminate the worker processes started meanwhile
+    (``nlp.pipe(n_process > 1)``), then raise ``KeyboardInterrupt`` or
+    ``Terminated`` here. Without it, SIGINT to this process alone left
+    ``nlp.pipe`` joining workers blocked on a full pipe (a hang), and SIGTERM
+    left them orphaned, blocked forever. A signal that is ignored (``nohup``,
+    a background job) or has someone else's handler is left as it is.
+    ``workers=False``: none will be started (skips the look for queues)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    owner = os.getpid()
+    before = {p.pid for p in multiprocessing.active_children()}
+    old_queues = {id(q) for q in _queues()} if workers else set()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:  # a forked worker: die of the signal, as it would without this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        for child in multiprocessing.active_children():
+            if child.pid not in before:
+                child.terminate()
+        # The queues feeding those workers may hold more than a pipe takes: their
+        # feeder threads stay blocked on the write, and joining them at exit
+        # would hang. Nothing in them is needed any more.
+        for queue in _queues() if workers else []:
+            if id(queue) not in old_queues:
+                queue.cancel_join_thread()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    saved = {}
+    for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(signum) is default:
+            saved[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, old in saved.items():
+            signal.signal(signum, old)
+
+
+def _queues() -> List[Any]:
+    """The multiprocessing queues alive in this process (spaCy's ``nlp.pipe``
+    keeps its own out of reach)."""
+    import gc
+    from multiprocessing.queues import Queue
+
+    # type(), not isinstance: isinstance reads __class__, which some objects (torch) warn on
+    return [obj for obj in gc.get_objects() if issubclass(type(obj), Queue)]
+
+
 def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                  batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
                  confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, stop_on_error: bool = False,
-                 **_) -> Iterator[Dict[str, Any]]:
+                 max_chars: int = DEFAULT_MAX_CHARS, **_) -> Iterator[Dict[str, Any]]:
     """``stop_on_error``: read no further than the first bad record, so that the
     caller can drain the stream instead of abandoning it: an abandoned
     ``nlp.pipe(n_process=2)`` can leave its workers blocked on a full pipe."""
@@ -117,22 +242,32 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
+    with workers_stop_on_signal(n_process > 1):
+        yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error,
+                               max_chars)
+
+
+def _local_rows(nlp, shards: Sequence[Shard], text_key: str, id_key: str, batch_size: int, n_process: int,
+                confidence: bool, fmt: str, stop_on_error: bool, max_chars: int) -> Iterator[Dict[str, Any]]:
     if n_process > 1:  # spaCy's own batches run across shard ends
-        rows = shard_rows(shards, text_key, id_key)
-        yield from annotate_rows(nlp, _until_error(rows) if stop_on_error else rows, batch_size=batch_size,
-                                 n_process=n_process, confidence=confidence, fmt=fmt)
+        # a shard that cannot be read comes as a "fatal" row, not an exception:
+        # raised inside nlp.pipe, it would leave the workers blocked on their pipes
+        rows = _until_error(shard_rows(shards, text_key, id_key), ("fatal", "error") if stop_on_error else ("fatal",))
+        yield from annotate_rows(nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence,
+                                 fmt=fmt, max_chars=max_chars)
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
-            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt)
+            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt,
+                                     max_chars=max_chars)
             if stop_on_error and any(row["kind"] == "error" for row in chunk):
                 return
 
 
-def _until_error(rows: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+def _until_error(rows: Iterable[Dict[str, Any]], kinds: Sequence[str]) -> Iterator[Dict[str, Any]]:
     for row in rows:
         yield row
-        if row["kind"] == "error":
+        if row["kind"] in kinds:
             return
 
 
@@ -146,7 +281,7 @@ def _schemas():
 
     row = [("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
            ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())]
-    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary())]
+    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary()), ("cuts", pa.string())]
     return (pa.schema([("rows", pa.large_list(pa.struct(row)))]),
             pa.schema([("rows", pa.large_list(pa.struct(out)))]))
 
@@ -165,21 +300,22 @@ def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
             # traceback and retry advice, ahead of the finished shards still in
             # flight. As a "fatal" row it travels in order, after them, and the
             # driver raises it as the local engine does.
-            row = {"shard": shard["shard"], "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
-            yield pa.Table.from_pylist([{"rows": [row]}], schema=schema)
+            yield pa.Table.from_pylist([{"rows": [fatal_row(shard["shard"], err)]}], schema=schema)
             return
 
 
 class RayAnnotator:
     """One actor of the pool: loads the pipeline once, annotates chunks."""
 
-    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool) -> None:
+    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
         import spacy_crf  # noqa: F401  (registers the factories in the worker)
 
         set_threads(threads)
         self.nlp = load_pipeline(pipeline, confidence, gpu)
         self.confidence = confidence
         self.fmt = fmt
+        self.max_chars = max_chars
         _, self.schema = _schemas()
 
     def __call__(self, batch):
@@ -188,7 +324,7 @@ class RayAnnotator:
         out = []
         for packed in batch.column("rows").to_pylist():
             rows = list(annotate_rows(self.nlp, packed, batch_size=max(1, len(packed)),
-                                      confidence=self.confidence, fmt=self.fmt))
+                                      confidence=self.confidence, fmt=self.fmt, max_chars=self.max_chars))
             out.append({"rows": rows})
         return pa.Table.from_pylist(out, schema=self.schema)
 
@@ -196,7 +332,8 @@ class RayAnnotator:
 def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
                batch_size: int = 64, workers: int = 1, cpus_per_worker: float = 1.0,
                gpus_per_worker: float = 0.0, address: Optional[str] = None, confidence: bool = False,
-               fmt: str = "jsonl", progress: bool = True, **_) -> Iterator[Dict[str, Any]]:
+               fmt: str = "jsonl", progress: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
+               **_) -> Iterator[Dict[str, Any]]:
     try:
         import ray
         import ray.data
@@ -204,6 +341,10 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         raise ImportError('--engine ray needs Ray Data: pip install "spacy-crf[ray]"') from None
     if not isinstance(pipeline, (str, os.PathLike)):
         raise ValueError("--engine ray loads the pipeline in each actor: pass a name or a path, not a Language")
+    if shards:
+        # Load it here once first: a pipeline that does not load fails in one
+        # line before Ray starts, not as an actor's creation error in Ray's traceback.
+        load_pipeline(pipeline, confidence)
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -236,7 +377,8 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         ds = ds.map_batches(
             RayAnnotator,
             fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
-                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0},
+                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0,
+                                   "max_chars": max_chars},
             batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
             # An actor that dies (node lost, OOM kill, ray.kill) is restarted and

@@ -18,9 +18,9 @@ from one ordered stream and knows exactly when a shard is complete.
 import glob
 import gzip
 import hashlib
-import io
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -107,10 +107,23 @@ def output_path(shard: Path, root: Path, out_dir: Path, fmt: str) -> Path:
     return out_dir / rel.parent / (strip_input_suffix(rel.name) + OUTPUT_FORMATS[fmt])
 
 
-def _open_text(path: Path):
-    raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
-    # Lines end at "\n" only: a lone "\r" or U+2028 inside a text is kept.
-    return io.TextIOWrapper(raw, encoding="utf8", newline="\n")
+def _open_binary(path: Path):
+    # Read as bytes and decoded line by line: a line that is not UTF-8 is one
+    # bad record, not a bad shard. Lines end at b"\n" only: a lone "\r" or
+    # U+2028 inside a text is kept.
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _decode(raw: bytes, line: int) -> str:
+    """One line's text; a UTF-8 BOM opening the file is dropped, as
+    ``utf-8-sig`` (spaCy's and pandas' readers) drops it."""
+    if line == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM):]
+    text = raw.decode("utf8")
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _json_default(value: Any) -> Any:
@@ -134,13 +147,30 @@ def _record_row(record: Any, line: int, shard: int, name: str, text_key: str, id
     text = record[text_key]
     if not isinstance(text, str):
         return error_row(shard, line, f"{text_key!r} is {type(text).__name__}, not a string")
+    bad = _surrogate(text)
+    if bad is not None:
+        return error_row(shard, line, f"{text_key!r} is not valid Unicode: {bad}")
     fields = {k: v for k, v in record.items() if k != text_key and k != id_key}
     clash = [k for k in fields if k in OUTPUT_KEYS]
     if clash:
         return error_row(shard, line, f"field {clash[0]!r} clashes with an output field; rename it or pass it as --id-key/--text-key")
     rid = record.get(id_key)
-    meta = {"id": rid if rid is not None else f"{name}:{line}", "fields": fields}
-    return {"shard": shard, "line": line, "kind": "doc", "text": text, "meta": dumps(meta), "error": None}
+    meta = dumps({"id": rid if rid is not None else f"{name}:{line}", "fields": fields})
+    bad = _surrogate(meta)
+    if bad is not None:
+        return error_row(shard, line, f"the id or another field is not valid Unicode: {bad}")
+    return {"shard": shard, "line": line, "kind": "doc", "text": text, "meta": meta, "error": None}
+
+
+def _surrogate(text: str) -> Optional[str]:
+    """What keeps ``text`` from being written as UTF-8, or None. JSON's
+    ``\\ud800`` escape decodes to a lone surrogate (web text decoded badly),
+    which spaCy's tokenizer and every UTF-8 output refuse."""
+    try:
+        text.encode("utf8")
+    except UnicodeEncodeError as e:
+        return f"a lone surrogate {text[e.start]!r} at char {e.start}"
+    return None
 
 
 def error_row(shard: int, line: int, reason: str) -> Dict[str, Any]:
@@ -165,18 +195,27 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
         return row
 
     if kind == "parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         line = 0
-        for batch in pq.ParquetFile(str(p)).iter_batches(batch_size=1024):
-            for record in batch.to_pylist():
-                line += 1
-                yield count(_record_row(record, line, shard, name, text_key, id_key))
+        try:
+            for batch in pq.ParquetFile(str(p)).iter_batches(batch_size=1024):
+                for record in batch.to_pylist():
+                    line += 1
+                    yield count(_record_row(record, line, shard, name, text_key, id_key))
+        except (OSError, pa.ArrowException) as e:
+            raise AnnotateError(f"{path}: truncated or corrupt Parquet file after row {line} ({e})") from None
     else:
-        with _open_text(p) as f:
-            try:
+        line = 0
+        try:
+            with _open_binary(p) as f:
                 for line, raw in enumerate(f, 1):
-                    text = raw[:-1] if raw.endswith("\n") else raw
+                    try:
+                        text = _decode(raw, line)
+                    except UnicodeDecodeError as e:
+                        yield count(error_row(shard, line, f"not UTF-8 text: {e}"))
+                        continue
                     if kind == "txt":
                         text = text[:-1] if text.endswith("\r") else text
                         meta = dumps({"id": f"{name}:{line}", "fields": {}})
@@ -190,8 +229,10 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
                         yield count(error_row(shard, line, f"invalid JSON: {e}"))
                         continue
                     yield count(_record_row(record, line, shard, name, text_key, id_key))
-            except UnicodeDecodeError as e:
-                raise AnnotateError(f"{path}: not UTF-8 text after line {n_docs + n_errors}: {e}") from None
+        except (EOFError, OSError, zlib.error) as e:
+            # a shard that ends early cannot be completed: fail on it, naming it
+            what = "truncated or corrupt gzip file" if p.name.lower().endswith(".gz") else "cannot be read"
+            raise AnnotateError(f"{path}: {what} after line {line} ({e})") from None
     yield {"shard": shard, "line": 0, "kind": "end", "text": "", "error": None,
            "meta": dumps({"docs": n_docs, "errors": n_errors, "input": identity})}
 

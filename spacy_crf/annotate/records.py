@@ -27,13 +27,51 @@ CONFIDENCE_KEY = "crf_ent_confidence"
 NER_SCHEMES = ("bio", "bioes")
 
 
-def _factory(nlp: Language, name: str) -> str:
-    return nlp.get_pipe_meta(name).factory
+#: The factories that make a ``CRFTagger``, and their default schemes.
+CRF_FACTORIES = {"crf_tagger": "bio", "crf_ner": "bioes", "crf_segmenter": "bmes"}
 
 
 def crf_components(nlp: Language, schemes) -> List[str]:
+    from ..pipeline.crf_tagger import CRFTagger
+
+    # by class, not factory name: crf_ner and crf_segmenter make CRF taggers too
     return [name for name, pipe in nlp.pipeline
-            if _factory(nlp, name) == "crf_tagger" and getattr(pipe, "scheme", None) in schemes]
+            if isinstance(pipe, CRFTagger) and getattr(pipe, "scheme", None) in schemes]
+
+
+def _config_ner_taggers(pipeline) -> Optional[List[str]]:
+    """The entity taggers that a saved pipeline's config declares, or None when
+    its config cannot be found or read (then loading it will tell)."""
+    from pathlib import Path
+
+    from spacy.util import get_package_path, is_package, load_config
+
+    try:
+        path = Path(pipeline) if Path(pipeline).exists() else None
+        if path is None and is_package(str(pipeline)):
+            path = get_package_path(str(pipeline))
+        configs = [path / "config.cfg"] if path is not None and (path / "config.cfg").exists() \
+            else sorted(path.glob("*/config.cfg")) if path is not None else []
+        config = load_config(configs[0], interpolate=False)
+        components = config["components"]
+        return [name for name in config["nlp"]["pipeline"]
+                if components.get(name, {}).get("factory") in CRF_FACTORIES
+                and components[name].get("scheme", CRF_FACTORIES[components[name]["factory"]]) in NER_SCHEMES]
+    except Exception:  # noqa: BLE001 - any config we cannot read: leave the check to loading
+        return None
+
+
+def check_confidence(pipeline) -> None:
+    """``ValueError`` (before any work) unless ``pipeline`` has an entity
+    crf_tagger for ``--confidence`` to read the marginals of."""
+    if isinstance(pipeline, Language):
+        found: Optional[List[str]] = crf_components(pipeline, NER_SCHEMES)
+    else:
+        found = _config_ner_taggers(pipeline)
+    if found is not None and not found:
+        name = pipeline.meta.get("name", "the Language") if isinstance(pipeline, Language) else str(pipeline)
+        raise ValueError(f"--confidence needs an entity tagger (crf_tagger or crf_ner with scheme 'bio' or "
+                         f"'bioes'); pipeline {name!r} has none")
 
 
 def words_key(nlp: Language) -> Optional[str]:

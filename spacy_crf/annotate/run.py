@@ -16,9 +16,11 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..files import write_bytes_atomic, write_text_atomic
 from .engines import ENGINES
 from .io import (
     OUTPUT_FORMATS,
@@ -30,8 +32,8 @@ from .io import (
     make_writer,
     output_path,
 )
-from ..files import write_bytes_atomic, write_text_atomic
-from .records import make_record
+from .pieces import DEFAULT_MAX_CHARS
+from .records import check_confidence, make_record
 from .state import (
     check_errors_file,
     check_options,
@@ -96,6 +98,7 @@ def annotate(
     force: bool = False,
     on_error: str = "raise",
     progress: Any = True,
+    max_chars: int = DEFAULT_MAX_CHARS,
 ) -> Dict[str, Any]:
     """Annotate INPUT (a file, folder or glob of .txt/.jsonl/.parquet shards,
     optionally gzipped) with ``pipeline`` into OUTPUT; return the summary.
@@ -104,7 +107,10 @@ def annotate(
     the file and line) and on a shard whose written count differs from its
     read count (naming the shard); the finished shards stay and a rerun
     continues from there. ``progress``: a tqdm bar (True), nothing (False), or
-    a function called with (docs, chars) so far after each record.
+    a function called with (docs, chars) so far after each record. A record
+    longer than ``max_chars`` characters is annotated in pieces and written
+    whole (see ``pieces``); the summary counts them (``records_split``) and
+    their cuts by kind (``cuts``).
 
     Before any work, raises ``AnnotateError`` on an option out of range, an
     output that is an input (or an output folder holding one), and an
@@ -114,7 +120,7 @@ def annotate(
     """
     start = time.perf_counter()
     check_options(batch_size=batch_size, n_process=n_process, threads=threads, workers=workers,
-                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker)
+                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, max_chars=max_chars)
     if engine not in ENGINES:
         raise AnnotateError(f"unknown engine {engine!r}; use one of {sorted(ENGINES)}")
     if on_error not in ("raise", "skip"):
@@ -124,6 +130,11 @@ def annotate(
 
         if not is_package(str(pipeline)):  # fail here, not in every Ray actor
             raise AnnotateError(f"pipeline {str(pipeline)!r}: no such folder or installed package")
+    if confidence:
+        try:
+            check_confidence(pipeline)
+        except ValueError as err:
+            raise AnnotateError(str(err)) from None
     root, shards = find_shards(str(input))
     out = Path(output)
     by_ext = next((f for f, ext in OUTPUT_FORMATS.items() if out.name.endswith(ext)), None)
@@ -165,7 +176,7 @@ def annotate(
         pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
         threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
         address=address, confidence=confidence, fmt=fmt, progress=progress is True,
-        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise",
+        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise", max_chars=max_chars,
     )
     bar = _Progress(progress, len(todo))
     writers: Dict[int, Any] = {}
@@ -173,7 +184,8 @@ def annotate(
     finished: List[int] = []
     shard_chars: Dict[int, int] = {}
     first_record: Optional[float] = None
-    docs = chars = skipped = 0
+    docs = chars = skipped = records_split = 0
+    cuts: Counter = Counter()
     fatal: Optional[AnnotateError] = None
     try:
         for row in stream:
@@ -190,6 +202,9 @@ def annotate(
                 writers[i].add(make_record(row["text"], row["meta"], ann), row["doc"])
                 docs += 1
                 chars += len(row["text"])
+                if row.get("cuts"):
+                    records_split += 1
+                    cuts.update(json.loads(row["cuts"]))
                 shard_chars[i] = shard_chars.get(i, 0) + len(row["text"])
                 bar.update(len(row["text"]))
             elif kind == "error":
@@ -201,8 +216,11 @@ def annotate(
                     break
                 errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
                 skipped += 1
-            elif kind == "fatal":  # a shard that cannot be read, from the Ray engine (see engines)
-                raise AnnotateError(row["error"])
+            elif kind == "fatal":  # a shard that cannot be read (see engines)
+                fatal = AnnotateError(row["error"])
+                if engine == "local":
+                    continue
+                break
             else:  # "end": the shard is complete; check and commit it
                 counts = json.loads(row["meta"])
                 writer = writers.pop(i, None) or make_writer(fmt, finals[i], confidence)
@@ -254,5 +272,6 @@ def annotate(
         "first_record_s": round(first_record, 3) if first_record is not None else None,
         "skipped": skipped, "shards": len(shards), "shards_written": len(finished),
         "shards_resumed": len(shards) - len(pending), "errors_file": str(errors_path) if any(err_lines) else None,
-        "engine": engine, "format": fmt, "redone": redone,
+        "engine": engine, "format": fmt, "redone": redone, "max_chars": max_chars,
+        "records_split": records_split, "cuts": dict(cuts),
     }

@@ -33,9 +33,9 @@ from .io import STATE_DIR, AnnotateError, file_identity
 
 
 def check_options(*, batch_size: Any, n_process: Any, threads: Any, workers: Any, cpus_per_worker: Any,
-                  gpus_per_worker: Any) -> None:
+                  gpus_per_worker: Any, max_chars: Any = 1) -> None:
     """Raise ``AnnotateError`` naming the first option out of range."""
-    checks = [("batch_size", batch_size, 1, True), ("n_process", n_process, 1, True),
+    checks = [("batch_size", batch_size, 1, True), ("max_chars", max_chars, 1, True), ("n_process", n_process, 1, True),
               ("threads", threads, 1, True), ("workers", workers, 1, True),
               ("cpus_per_worker", cpus_per_worker, 0, False), ("gpus_per_worker", gpus_per_worker, 0, False)]
     for name, value, minimum, integer in checks:

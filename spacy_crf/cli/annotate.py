@@ -1,11 +1,13 @@
 """``spacy crf annotate``: run a pipeline over a corpus of shards, locally or
 on a Ray cluster (:func:`spacy_crf.annotate.annotate`)."""
+import signal
 from pathlib import Path
 from typing import Optional
 
 import typer
 from wasabi import msg
 
+from ..annotate.pieces import DEFAULT_MAX_CHARS
 from ._app import app, check_option
 
 
@@ -21,6 +23,7 @@ def annotate_cli(
     engine: str = typer.Option("local", "--engine", help="local (nlp.pipe) or ray (Ray Data actor pool)"),
     n_process: int = typer.Option(1, "--n-process", help="local: processes for nlp.pipe"),
     batch_size: int = typer.Option(64, "--batch-size", help="Docs per nlp.pipe batch (local) or per actor batch (ray)"),
+    max_chars: int = typer.Option(DEFAULT_MAX_CHARS, "--max-chars", help="Annotate a longer record in pieces of at most this many characters, cut at sentence ends where possible, and write it whole (>= 1)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="local: torch threads per process (default: all cores / --n-process when > 1)"),
     address: Optional[str] = typer.Option(None, "--address", help="ray: address of a running cluster ('auto' on one of its nodes); default: start one here"),
     workers: int = typer.Option(1, "--workers", help="ray: actors, each loading the pipeline once"),
@@ -42,7 +45,9 @@ def annotate_cli(
     annotate did not write is refused unless --force. A record holds the
     id, the text, the words as (start, end) character offsets, the entities
     as {start, end, label} and the input record's other fields; records keep
-    the input order.
+    the input order. A record longer than --max-chars is annotated in pieces
+    cut at sentence ends where possible and written as one record. Ctrl-C or
+    SIGTERM stops the run (and its --n-process workers); rerun to resume.
 
     \b
     Examples:
@@ -53,8 +58,9 @@ def annotate_cli(
       spacy crf annotate zh_crf_pipeline /shared/corpus/ /shared/out/ --engine ray --address auto --workers 64
     """
     from ..annotate import AnnotateError, annotate
+    from ..annotate.engines import Terminated
 
-    for option, value, minimum in [("--batch-size", batch_size, 1), ("--n-process", n_process, 1),
+    for option, value, minimum in [("--batch-size", batch_size, 1), ("--max-chars", max_chars, 1), ("--n-process", n_process, 1),
                                    ("--workers", workers, 1), ("--cpus-per-worker", cpus_per_worker, 0),
                                    ("--gpus-per-worker", gpus_per_worker, 0)]:
         check_option(option, value, minimum=minimum)
@@ -65,10 +71,15 @@ def annotate_cli(
             pipeline, input_path, str(output_path), fmt=fmt, text_key=text_key, id_key=id_key, engine=engine,
             n_process=n_process, batch_size=batch_size, threads=threads, address=address, workers=workers,
             cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, confidence=confidence,
-            resume=resume, force=force, on_error=on_error, progress=progress,
+            resume=resume, force=force, on_error=on_error, progress=progress, max_chars=max_chars,
         )
     except (AnnotateError, OSError) as err:
         msg.fail(str(err), exits=1)
+    except (KeyboardInterrupt, Terminated) as stop:
+        # finished shards are committed, the one in progress is not: a rerun resumes exactly
+        name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else signal.Signals(stop.signum).name
+        msg.warn(f"stopped by {name}; finished shards are kept, rerun the same command to resume")
+        raise typer.Exit(128 + (signal.SIGINT if isinstance(stop, KeyboardInterrupt) else stop.signum)) from None
     for shard in summary["redone"]:
         msg.warn(f"redid {shard['shard']}: {shard['reason']}")
     msg.good(
@@ -76,6 +87,10 @@ def annotate_cli(
         f"({summary['docs_per_s']:,.1f} docs/s, {summary['chars_per_s']:,.0f} chars/s; "
         f"first record after {summary['first_record_s'] or 0:.1f}s)"
     )
+    if summary["records_split"]:
+        kinds = ", ".join(f"{n:,} {kind.replace('_', ' ')}" for kind, n in sorted(summary["cuts"].items()))
+        msg.info(f"{summary['records_split']:,} records longer than {max_chars:,} characters were annotated in "
+                 f"pieces and written whole; cuts: {kinds}")
     msg.text(f"shards: {summary['shards_written']} written, {summary['shards_resumed']} already complete "
              f"(of {summary['shards']}); skipped records: {summary['skipped']}"
              + (f" (see {summary['errors_file']})" if summary["errors_file"] else ""))
