@@ -9,6 +9,7 @@ import sys
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.training import Example
 from thinc.api import Config
 
@@ -122,6 +123,44 @@ def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents
+
+
+def _in_child(nlp, queue):
+    (encoder,) = encoders(nlp)
+    inherited = encoder.session_started
+    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
+
+
+def test_a_forked_process_starts_its_own_session(onnx_dir):
+    import multiprocessing
+
+    nlp = spacy.load(onnx_dir)
+    _, _, ents = outputs(nlp)
+    (encoder,) = encoders(nlp)
+    assert encoder.session_started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_in_child, args=(nlp, queue))
+    child.start()
+    inherited, child_ents = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not inherited and child_ents == ents
+    assert outputs(nlp)[2] == ents  # and the parent starts a new one
+
+
+def test_copies_start_their_own_session(onnx_dir):
+    import copy
+    import pickle
+
+    nlp = spacy.load(onnx_dir)
+    nlp(TEXTS[0])
+    (encoder,) = encoders(nlp)
+    for other in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
+        assert not other.session_started and other.onnx_bytes == encoder.onnx_bytes
+        ids = torch.tensor([[2, 7, 9, 3]])
+        args = (ids, torch.ones_like(ids))
+        assert torch.equal(other(*args).last_hidden_state, encoder(*args).last_hidden_state)
 
 
 def test_training_an_onnx_encoder_is_a_clear_error(onnx_dir):

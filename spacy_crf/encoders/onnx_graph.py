@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import warnings
+import weakref
 from typing import Any, Dict, Optional, Tuple
 
 import numpy
@@ -163,6 +164,22 @@ def _session(onnx_bytes: bytes):
 # --- the encoder that runs the graph --------------------------------------------
 
 
+# Every live encoder, so that their sessions can be let go before a fork:
+# ONNX Runtime's thread pools are not usable in a forked child, and an
+# inherited session can crash the child when it is destroyed there
+# (``nlp.pipe(n_process=2)`` forks on Linux). Each process starts its own.
+_LIVE: "weakref.WeakSet[OnnxEncoder]" = weakref.WeakSet()
+
+
+def _drop_sessions_before_fork() -> None:
+    for encoder in list(_LIVE):
+        encoder.drop_session()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_drop_sessions_before_fork)
+
+
 class OnnxEncoder(torch.nn.Module):
     """Stands in for the Hugging Face model inside a transformer shim: the
     same config, call and outputs, computed by an ONNX Runtime session. Its
@@ -175,21 +192,27 @@ class OnnxEncoder(torch.nn.Module):
         self.quantize = check_quantize(quantize)
         self.onnx_bytes = onnx_bytes
         self._session: Any = None
-        self._session_pid: Optional[int] = None
+        _LIVE.add(self)
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
 
     def session(self):
-        """The session, started on first use in each process (ONNX Runtime's
-        thread pools do not survive a fork, as in ``nlp.pipe(n_process=2)``)."""
+        """The ONNX Runtime session, started on first use."""
         if self.onnx_bytes is None:
             raise ValueError("This ONNX encoder holds no graph yet: initialize or load the pipeline first.")
-        if self._session is None or self._session_pid != os.getpid():
+        if self._session is None:
             self._session = _session(self.onnx_bytes)
-            self._session_pid = os.getpid()
         return self._session
+
+    @property
+    def session_started(self) -> bool:
+        return self._session is not None
+
+    def drop_session(self) -> None:
+        """Let the session go; the next call starts a new one."""
+        self._session = None
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kwargs):
         if kwargs:
@@ -229,5 +252,8 @@ class OnnxEncoder(torch.nn.Module):
         # replace_listeners, pickling for other processes): started again on use
         state = dict(self.__dict__)
         state["_session"] = None
-        state["_session_pid"] = None
         return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        _LIVE.add(self)
