@@ -244,3 +244,24 @@ def test_loading_torch_weights_into_the_onnx_architecture_is_a_clear_error(float
                    encoding="utf8")
     with pytest.raises(ValueError, match="saved with a torch encoder"):
         spacy.load(tmp_path / "p")
+
+
+def test_the_backend_benchmark_runs_and_records_the_machine(tmp_path, monkeypatch):
+    from conftest import ROOT, load_script
+
+    script = load_script(ROOT / "scripts" / "bench_encoder_backends.py")
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(sys, "argv", ["bench", "--texts", "4", "--repeats", "1", "--layers", "1", "--hidden", "32",
+                                      "--heads", "2", "--threads", "1", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        script.main()
+    finally:
+        torch.set_num_threads(threads)  # the script sets them for the process
+    record = json.loads(out.read_text(encoding="utf8"))
+    assert [r["backend"] for r in record["rows"]] == ["torch-float32", "torch-int8", "onnx-float32", "onnx-int8"]
+    assert record["hardware"]["cpu_count"] and record["rows"][0]["pipeline_best_ratio"] == 1.0
+    assert record["rows"][2]["tags_equal"] == 1.0 and record["rows"][2]["max_abs_hidden_diff"] < 1e-4
+    monkeypatch.setattr(sys, "argv", ["bench", "--backends", "torch-float32,onnx-int4"])
+    with pytest.raises(SystemExit, match="unknown \\['onnx-int4'\\]"):
+        script.main()
