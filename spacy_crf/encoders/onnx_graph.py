@@ -6,6 +6,14 @@ quantization, and ``OnnxEncoder`` stands in for the torch model: the same
 call and outputs, computed by an ``onnxruntime.InferenceSession``, with the
 graph as its state dict. ``spacy_crf.encoders.onnx_backend`` puts it into a
 pipeline.
+
+``export_onnx`` uses torch's TorchScript-based exporter (``dynamo=False``):
+the newer ``torch.export``-based one needs ``onnxscript`` as well. torch
+marks the TorchScript exporter deprecated; ``export_onnx`` is the one place
+to change when it goes. ONNX Runtime's C++ graph optimizations
+(``ORT_ENABLE_ALL``) fuse attention, layer norms and GELU when the session
+starts; its Python fusion scripts (``onnxruntime.transformers``) were no
+faster on top of them, so the saved graph is the plain export.
 """
 import importlib
 import inspect
