@@ -10,10 +10,12 @@ pipeline.
 ``export_onnx`` uses torch's TorchScript-based exporter (``dynamo=False``):
 the newer ``torch.export``-based one needs ``onnxscript`` as well. torch
 marks the TorchScript exporter deprecated; ``export_onnx`` is the one place
-to change when it goes. ONNX Runtime's C++ graph optimizations
-(``ORT_ENABLE_ALL``) fuse attention, layer norms and GELU when the session
-starts; its Python fusion scripts (``onnxruntime.transformers``) were no
-faster on top of them, so the saved graph is the plain export.
+to change when it goes. The session's graph optimizations
+(``ORT_ENABLE_ALL``) fuse bias + GELU and the dense layers' Gemms when it
+starts. ONNX Runtime's Python fusion scripts (``onnxruntime.transformers``:
+fused attention, embeddings + layer norm) were not faster on top of them
+for this package's encoders on CPU (see docs/results.md), so the saved
+graph is the plain export.
 """
 import importlib
 import inspect
