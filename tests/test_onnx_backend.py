@@ -1,0 +1,267 @@
+"""ONNX Runtime inference of the transformer encoder (spacy_crf.encoders.onnx_backend):
+float32 predicts as torch does, through to_disk / spacy.load and in other
+processes; int8 runs and predicts close; training through it is a clear error."""
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.training import Example
+from thinc.api import Config
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from _configs import NER_DATA, PIPELINE_CFG  # noqa: E402
+
+from spacy_crf.encoders.onnx_backend import (  # noqa: E402
+    ONNX_ARCH,
+    ONNX_TOK2VEC_ARCH,
+    OnnxEncoder,
+    OnnxTrainingError,
+    export_pipeline,
+)
+from spacy_crf.encoders.quantize import quantize_pipeline  # noqa: E402
+from spacy_crf.training.optimizers import grouped_adam  # noqa: E402
+
+TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
+
+
+def make_nlp(name):
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(name)))
+    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def examples(nlp):
+    return [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+
+
+@pytest.fixture(scope="module")
+def float_dir(tiny_bert_dir, tmp_path_factory):
+    """A torch pipeline trained a little (so its tags are not all one), on disk."""
+    nlp = make_nlp(tiny_bert_dir)
+    optimizer = nlp.initialize(lambda: examples(nlp), sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
+    for _ in range(15):
+        nlp.update(examples(nlp), sgd=optimizer)
+    path = tmp_path_factory.mktemp("float") / "pipeline"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(float_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("onnx") / "pipeline"
+    export_pipeline(spacy.load(float_dir)).to_disk(path)
+    return path
+
+
+def outputs(nlp, texts=TEXTS, **pipe_kwargs):
+    """(hidden states, tag ids, entities) per text."""
+    docs = list(nlp.pipe(texts, **pipe_kwargs))
+    tags = [ids.tolist() for ids in nlp.get_pipe("crf_tagger").predict(docs)]
+    ents = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]
+    hidden = [numpy.array(d._.trf_data.tensors[0]) if len(d) else None for d in docs]
+    return hidden, tags, ents
+
+
+def max_diff(a, b):
+    return max(float(numpy.abs(x - y).max()) for x, y in zip(a, b) if x is not None)
+
+
+def encoders(nlp):
+    from spacy_transformers.layers import TransformerModel
+
+    return [node.transformer for _, component in nlp.components if hasattr(component, "model")
+            for node in component.model.walk() if isinstance(node, TransformerModel)]
+
+
+def test_float32_onnx_pipeline_predicts_as_torch(float_dir):
+    hidden_t, tags_t, ents_t = outputs(spacy.load(float_dir))
+    nlp = export_pipeline(spacy.load(float_dir))
+    assert all(isinstance(e, OnnxEncoder) and e.quantize == "none" for e in encoders(nlp))
+    assert nlp.config["components"]["transformer"]["model"]["@architectures"] == ONNX_ARCH
+    hidden_o, tags_o, ents_o = outputs(nlp)
+    assert len(set(sum(tags_t, []))) > 1  # the torch tagger is not trivially constant
+    assert tags_o == tags_t and ents_o == ents_t
+    assert max_diff(hidden_t, hidden_o) < 1e-4
+    # the doc keeps what torch gives it: last hidden state and pooler output
+    doc_t, doc_o = spacy.load(float_dir)(TEXTS[0]), nlp(TEXTS[0])
+    assert len(doc_o._.trf_data.tensors) == len(doc_t._.trf_data.tensors) == 2
+
+
+def test_to_disk_and_load_give_the_onnx_pipeline_back(float_dir, onnx_dir, tmp_path):
+    before = outputs(export_pipeline(spacy.load(float_dir)))
+    cfg = (onnx_dir / "config.cfg").read_text(encoding="utf8")
+    assert ONNX_ARCH in cfg and 'quantize = "none"' in cfg
+    loaded = spacy.load(onnx_dir)
+    assert all(isinstance(e, OnnxEncoder) for e in encoders(loaded))
+    after = outputs(loaded)
+    assert after[1:] == before[1:] and max_diff(before[0], after[0]) < 1e-6
+    loaded.to_disk(tmp_path / "again")  # a loaded ONNX pipeline saves and loads the same
+    assert outputs(spacy.load(tmp_path / "again"))[1:] == before[1:]
+
+
+def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
+    nlp = spacy.load(onnx_dir)
+    _, _, ents = outputs(nlp)
+    nlp(TEXTS[0])  # a session started before the workers fork
+    multi = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS, n_process=2, batch_size=2)]
+    assert multi == ents
+    installed = {e.name for e in importlib.metadata.entry_points(group="spacy_architectures")}
+    if ONNX_ARCH not in installed:
+        pytest.skip("the installed package metadata predates the ONNX entry points (reinstall the package)")
+    script = (
+        "import json, sys, spacy\n"
+        "docs = list(spacy.load(sys.argv[1]).pipe(json.loads(sys.argv[2])))\n"
+        "print(json.dumps([[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(onnx_dir), json.dumps(TEXTS)],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents
+
+
+def _in_child(nlp, queue):
+    (encoder,) = encoders(nlp)
+    inherited = encoder.session_started
+    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
+
+
+def test_a_forked_process_starts_its_own_session(onnx_dir):
+    import multiprocessing
+
+    nlp = spacy.load(onnx_dir)
+    _, _, ents = outputs(nlp)
+    (encoder,) = encoders(nlp)
+    assert encoder.session_started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_in_child, args=(nlp, queue))
+    child.start()
+    inherited, child_ents = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not inherited and child_ents == ents
+    assert outputs(nlp)[2] == ents  # and the parent starts a new one
+
+
+def test_copies_start_their_own_session(onnx_dir):
+    import copy
+    import pickle
+
+    nlp = spacy.load(onnx_dir)
+    nlp(TEXTS[0])
+    (encoder,) = encoders(nlp)
+    for other in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
+        assert not other.session_started and other.onnx_bytes == encoder.onnx_bytes
+        ids = torch.tensor([[2, 7, 9, 3]])
+        args = (ids, torch.ones_like(ids))
+        assert torch.equal(other(*args).last_hidden_state, encoder(*args).last_hidden_state)
+
+
+def test_training_an_onnx_encoder_is_a_clear_error(onnx_dir):
+    nlp = spacy.load(onnx_dir)
+    with pytest.raises(OnnxTrainingError, match="inference-only"):
+        nlp.update(examples(nlp))
+    with pytest.raises(OnnxTrainingError, match="inference-only"):
+        nlp.get_pipe("transformer").update(examples(nlp))
+    # heads still train over it when it is frozen and annotating
+    losses = {}
+    nlp.update(examples(nlp), sgd=nlp.resume_training(), losses=losses, exclude=["transformer"],
+               annotates=["transformer"])
+    assert numpy.isfinite(losses["crf_tagger"])
+
+
+def test_int8_onnx_runs_and_predicts_close_to_torch(float_dir, tmp_path):
+    import onnx
+
+    hidden_t, tags_t, _ = outputs(spacy.load(float_dir))
+    nlp = export_pipeline(spacy.load(float_dir), quantize="int8")
+    (encoder,) = encoders(nlp)
+    ops = {node.op_type for node in onnx.load_model_from_string(encoder.onnx_bytes).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}, sorted(ops)
+    hidden_q, tags_q, _ = outputs(nlp)
+    for t, q in zip(hidden_t, hidden_q):
+        if t is not None:
+            assert numpy.abs(t - q).max() < 0.1 * numpy.abs(t).max()
+    assert numpy.mean(numpy.equal(sum(tags_t, []), sum(tags_q, []))) >= 0.9
+    nlp.to_disk(tmp_path / "int8")
+    assert 'quantize = "int8"' in (tmp_path / "int8" / "config.cfg").read_text(encoding="utf8")
+    assert outputs(spacy.load(tmp_path / "int8"))[1] == tags_q
+
+
+def test_transformer_copied_by_replace_listeners(float_dir, tmp_path):
+    nlp = spacy.load(float_dir)
+    nlp.replace_listeners("transformer", "crf_tagger", ["model.tok2vec"])
+    export_pipeline(nlp)
+    tok2vec_cfg = nlp.config["components"]["crf_tagger"]["model"]["tok2vec"]
+    assert tok2vec_cfg["@architectures"] == ONNX_TOK2VEC_ARCH and tok2vec_cfg["quantize"] == "none"
+    assert len(encoders(nlp)) == 2 and all(isinstance(e, OnnxEncoder) for e in encoders(nlp))
+    with nlp.select_pipes(disable=["transformer"]):  # the tagger runs its own copy
+        before = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "onnx")
+    loaded = spacy.load(tmp_path / "onnx")
+    with loaded.select_pipes(disable=["transformer"]):
+        after = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in loaded.pipe(TEXTS)]
+    assert after == before
+
+
+def test_initialize_exports_the_model_named_in_the_config(tiny_bert_dir):
+    nlp = export_pipeline(make_nlp(tiny_bert_dir))
+    nlp.initialize(lambda: examples(nlp))
+    assert all(isinstance(e, OnnxEncoder) and e.onnx_bytes for e in encoders(nlp))
+    assert len(list(nlp.pipe(TEXTS))) == len(TEXTS)
+
+
+def test_exporting_twice_and_bad_arguments(float_dir, onnx_dir):
+    nlp = spacy.load(onnx_dir)
+    cfg = nlp.config.to_str()
+    assert export_pipeline(nlp) is nlp and nlp.config.to_str() == cfg  # a no-op
+    with pytest.raises(ValueError, match="already exported to ONNX with quantize='none'"):
+        export_pipeline(nlp, quantize="int8")
+    with pytest.raises(ValueError, match="Unknown ONNX quantization 'qint8'"):
+        export_pipeline(spacy.load(float_dir), quantize="qint8")
+    with pytest.raises(TypeError):
+        export_pipeline(spacy.load(float_dir), "int8")  # keyword only
+    with pytest.raises(ValueError, match="No spacy-transformers transformer"):
+        export_pipeline(spacy.blank("zh"))
+    torch_int8 = quantize_pipeline(spacy.load(float_dir))
+    with pytest.raises(ValueError, match="quantized with torch"):
+        export_pipeline(torch_int8)
+    assert "Onnx" not in torch_int8.config.to_str()  # nothing changed
+
+
+def test_loading_torch_weights_into_the_onnx_architecture_is_a_clear_error(float_dir, tmp_path):
+    import shutil
+
+    shutil.copytree(float_dir, tmp_path / "p")
+    cfg = tmp_path / "p" / "config.cfg"
+    cfg.write_text(cfg.read_text(encoding="utf8").replace("spacy-transformers.TransformerModel.v3", ONNX_ARCH),
+                   encoding="utf8")
+    with pytest.raises(ValueError, match="saved with a torch encoder"):
+        spacy.load(tmp_path / "p")
+
+
+def test_the_backend_benchmark_runs_and_records_the_machine(tmp_path, monkeypatch):
+    from conftest import ROOT, load_script
+
+    script = load_script(ROOT / "scripts" / "bench_encoder_backends.py")
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(sys, "argv", ["bench", "--texts", "4", "--repeats", "1", "--layers", "1", "--hidden", "32",
+                                      "--heads", "2", "--threads", "1", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        script.main()
+    finally:
+        torch.set_num_threads(threads)  # the script sets them for the process
+    record = json.loads(out.read_text(encoding="utf8"))
+    assert [r["backend"] for r in record["rows"]] == ["torch-float32", "torch-int8", "onnx-float32", "onnx-int8"]
+    assert record["hardware"]["cpu_count"] and record["rows"][0]["pipeline_best_ratio"] == 1.0
+    assert record["rows"][2]["tags_equal"] == 1.0 and record["rows"][2]["max_abs_hidden_diff"] < 1e-4
+    monkeypatch.setattr(sys, "argv", ["bench", "--backends", "torch-float32,onnx-int4"])
+    with pytest.raises(SystemExit, match="unknown \\['onnx-int4'\\]"):
+        script.main()
