@@ -18,7 +18,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from ..files import write_bytes_atomic, write_text_atomic
 from .engines import ENGINES
@@ -121,6 +121,52 @@ def annotate(
     start = time.perf_counter()
     check_options(batch_size=batch_size, n_process=n_process, threads=threads, workers=workers,
                   cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, max_chars=max_chars)
+    _check_run(pipeline, engine, on_error, confidence)
+    plan = _plan_outputs(str(input), Path(output), fmt)
+    check_paths(pipeline, plan.shards, plan.finals, plan.errors_path, plan.out_dir if plan.folder else None)
+    names = [str(s.relative_to(plan.root)) for s in plan.shards]
+    states = [state_path(plan.out_dir, f) for f in plan.finals]
+    errors_state = state_path(plan.out_dir, plan.errors_path)
+    pending, redone = plan_shards(plan.shards, plan.finals, states, resume=resume, force=force)
+    check_errors_file(plan.errors_path, errors_state, force)
+    todo = [(i, str(plan.shards[i]), names[i]) for i in pending]
+
+    stream = ENGINES[engine](
+        pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
+        threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
+        address=address, confidence=confidence, fmt=plan.fmt, progress=progress is True,
+        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise", max_chars=max_chars,
+    )
+    run = _Collector(plan, states, confidence, on_error, local=engine == "local", start=start)
+    bar = _Progress(progress, len(todo))
+    try:
+        run.consume(stream, bar)
+    finally:
+        bar.close()
+        run.abort_open_writers()
+        close = getattr(stream, "close", None)
+        if close:
+            close()
+    lost = [str(plan.shards[i]) for i in pending if i not in run.finished]
+    if lost:
+        raise AnnotateError(f"the engine returned no end for shard(s) {', '.join(lost)}: records were lost; rerun to redo them")
+    has_errors = _write_errors_file(states, plan.errors_path, errors_state)
+    seconds = time.perf_counter() - start
+    return {
+        "docs": run.docs, "chars": run.chars, "seconds": round(seconds, 3),
+        "docs_per_s": round(run.docs / seconds, 1) if seconds else 0.0,
+        "chars_per_s": round(run.chars / seconds, 1) if seconds else 0.0,
+        "first_record_s": round(run.first_record, 3) if run.first_record is not None else None,
+        "skipped": run.skipped, "shards": len(plan.shards), "shards_written": len(run.finished),
+        "shards_resumed": len(plan.shards) - len(pending),
+        "errors_file": str(plan.errors_path) if has_errors else None,
+        "engine": engine, "format": plan.fmt, "redone": redone, "max_chars": max_chars,
+        "records_split": run.records_split, "cuts": dict(run.cuts),
+    }
+
+
+def _check_run(pipeline, engine: str, on_error: str, confidence: bool) -> None:
+    """The settings that need no file: engine, error mode, pipeline, confidence."""
     if engine not in ENGINES:
         raise AnnotateError(f"unknown engine {engine!r}; use one of {sorted(ENGINES)}")
     if on_error not in ("raise", "skip"):
@@ -135,8 +181,25 @@ def annotate(
             check_confidence(pipeline)
         except ValueError as err:
             raise AnnotateError(str(err)) from None
-    root, shards = find_shards(str(input))
-    out = Path(output)
+
+
+class _Plan(NamedTuple):
+    """Where each input shard's annotations go."""
+
+    root: Path
+    shards: List[Path]
+    finals: List[Path]  # the output file of each shard
+    out_dir: Path
+    errors_path: Path
+    fmt: str
+    folder: bool  # OUTPUT is a folder (else one file)
+
+
+def _plan_outputs(input: str, out: Path, fmt: Optional[str]) -> _Plan:
+    """The shards of ``input`` and their outputs; refuses a format that
+    contradicts the extension, one file for several shards, and two shards
+    that would write the same output."""
+    root, shards = find_shards(input)
     by_ext = next((f for f, ext in OUTPUT_FORMATS.items() if out.name.endswith(ext)), None)
     if fmt is None:
         fmt = by_ext or "jsonl"
@@ -147,131 +210,121 @@ def annotate(
             raise AnnotateError(f"{out}: extension says {by_ext!r} but the format is {fmt!r}")
         if len(shards) > 1:
             raise AnnotateError(f"{out}: one output file for {len(shards)} input shards; give a folder instead")
-        finals = [out]
-        out_dir = out.parent
         errors_path = out.parent / (out.name[: -len(OUTPUT_FORMATS[fmt])] + ".errors.jsonl")
-    else:
-        # OUTPUT inside INPUT: its outputs are not inputs; any other file there is,
-        # and check_paths refuses it
-        shards = [s for s in shards if not (out.resolve() in s.resolve().parents and is_own_output(out, s))]
-        if not shards:
-            raise AnnotateError(f"{input}: no input files outside the output folder {out}")
-        finals = [output_path(s, root, out, fmt) for s in shards]
-        out_dir = out
-        errors_path = out / "errors.jsonl"
-        seen: Dict[Path, Path] = {}
-        for shard, final in zip(shards, finals):
-            if final in seen:
-                raise AnnotateError(f"{seen[final]} and {shard} would both be written to {final}")
-            seen[final] = shard
-    check_paths(pipeline, shards, finals, errors_path, out if by_ext is None else None)
-    names = [str(s.relative_to(root)) for s in shards]
-    states = [state_path(out_dir, f) for f in finals]
-    errors_state = state_path(out_dir, errors_path)
-    pending, redone = plan_shards(shards, finals, states, resume=resume, force=force)
-    check_errors_file(errors_path, errors_state, force)
-    todo = [(i, str(shards[i]), names[i]) for i in pending]
+        return _Plan(root, shards, [out], out.parent, errors_path, fmt, folder=False)
+    # OUTPUT inside INPUT: its outputs are not inputs; any other file there is,
+    # and check_paths refuses it
+    shards = [s for s in shards if not (out.resolve() in s.resolve().parents and is_own_output(out, s))]
+    if not shards:
+        raise AnnotateError(f"{input}: no input files outside the output folder {out}")
+    finals = [output_path(s, root, out, fmt) for s in shards]
+    seen: Dict[Path, Path] = {}
+    for shard, final in zip(shards, finals):
+        if final in seen:
+            raise AnnotateError(f"{seen[final]} and {shard} would both be written to {final}")
+        seen[final] = shard
+    return _Plan(root, shards, finals, out, out / "errors.jsonl", fmt, folder=True)
 
-    stream = ENGINES[engine](
-        pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
-        threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
-        address=address, confidence=confidence, fmt=fmt, progress=progress is True,
-        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise", max_chars=max_chars,
-    )
-    bar = _Progress(progress, len(todo))
-    writers: Dict[int, Any] = {}
-    errors: Dict[int, List[Dict[str, Any]]] = {}
-    finished: List[int] = []
-    shard_chars: Dict[int, int] = {}
-    first_record: Optional[float] = None
-    docs = chars = skipped = records_split = 0
-    cuts: Counter = Counter()
-    fatal: Optional[AnnotateError] = None
-    try:
+
+class _Collector:
+    """Writes the engine's rows: records into their shard's writer, bad
+    records aside, and at each shard's end checks its counts and commits it."""
+
+    def __init__(self, plan: _Plan, states: List[Path], confidence: bool, on_error: str, *, local: bool,
+                 start: float) -> None:
+        self.plan, self.states, self.confidence, self.on_error = plan, states, confidence, on_error
+        self.local, self.start = local, start
+        self.writers: Dict[int, Any] = {}
+        self.errors: Dict[int, List[Dict[str, Any]]] = {}
+        self.finished: List[int] = []
+        self.shard_chars: Dict[int, int] = {}
+        self.first_record: Optional[float] = None
+        self.docs = self.chars = self.skipped = self.records_split = 0
+        self.cuts: Counter = Counter()
+
+    def consume(self, stream, bar: _Progress) -> None:
+        fatal: Optional[AnnotateError] = None
         for row in stream:
             if fatal is not None:
                 continue  # the local engine stopped reading at the error: drain what is in flight
-            i = row["shard"]
             kind = row["kind"]
             if kind == "doc":
-                if i not in writers:
-                    writers[i] = make_writer(fmt, finals[i], confidence)
-                if first_record is None:
-                    first_record = time.perf_counter() - start
-                ann = json.loads(row["ann"]) if row["ann"] is not None else {"words": [], "ents": []}
-                writers[i].add(make_record(row["text"], row["meta"], ann), row["doc"])
-                docs += 1
-                chars += len(row["text"])
-                if row.get("cuts"):
-                    records_split += 1
-                    cuts.update(json.loads(row["cuts"]))
-                shard_chars[i] = shard_chars.get(i, 0) + len(row["text"])
-                bar.update(len(row["text"]))
-            elif kind == "error":
-                if on_error == "raise":
-                    fatal = AnnotateError(f"{shards[i]}, line {row['line']}: {row['error']} "
-                                          "(pass --on-error skip to log it to errors.jsonl and go on)")
-                    if engine == "local":
-                        continue
+                self._record(row, bar)
+            elif kind == "error" and self.on_error != "raise":
+                i = row["shard"]
+                self.errors.setdefault(i, []).append(
+                    {"file": str(self.plan.shards[i]), "line": row["line"], "reason": row["error"]})
+                self.skipped += 1
+            elif kind in ("error", "fatal"):  # a bad record under "raise", or a shard that cannot be read
+                fatal = AnnotateError(row["error"] if kind == "fatal" else
+                                      f"{self.plan.shards[row['shard']]}, line {row['line']}: {row['error']} "
+                                      "(pass --on-error skip to log it to errors.jsonl and go on)")
+                if not self.local:
                     break
-                errors.setdefault(i, []).append({"file": str(shards[i]), "line": row["line"], "reason": row["error"]})
-                skipped += 1
-            elif kind == "fatal":  # a shard that cannot be read (see engines)
-                fatal = AnnotateError(row["error"])
-                if engine == "local":
-                    continue
-                break
-            else:  # "end": the shard is complete; check and commit it
-                counts = json.loads(row["meta"])
-                writer = writers.pop(i, None) or make_writer(fmt, finals[i], confidence)
-                n_errors = len(errors.get(i, []))
-                if writer.count != counts["docs"] or n_errors != counts["errors"]:
-                    writer.abort()
-                    raise AnnotateError(
-                        f"shard {shards[i]}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
-                        f"{writer.count} ({n_errors} bad); its output was not finished")
-                err_text = "".join(dumps(e) + "\n" for e in errors.pop(i, []))
-                written = file_identity(writer.finish())
-                remove_own(finals[i], states[i])
-                write_text_atomic(states[i].with_suffix(".errors.jsonl"), err_text)
-                write_text_atomic(states[i], dumps({"shard": str(shards[i]), "output": str(finals[i]),
-                                                "records": writer.count, "skipped": n_errors,
-                                                "chars": shard_chars.pop(i, 0),
-                                                "input": counts.get("input") or file_identity(shards[i]),
-                                                "written": written}) + "\n")
-                writer.commit()
-                finished.append(i)
+            else:  # "end": the shard is complete
+                self._commit(row["shard"], json.loads(row["meta"]))
         if fatal is not None:
             raise fatal
-    finally:
-        bar.close()
-        for writer in writers.values():
+
+    def _writer(self, i: int):
+        if i not in self.writers:
+            self.writers[i] = make_writer(self.plan.fmt, self.plan.finals[i], self.confidence)
+        return self.writers[i]
+
+    def _record(self, row: Dict[str, Any], bar: _Progress) -> None:
+        i = row["shard"]
+        writer = self._writer(i)
+        if self.first_record is None:
+            self.first_record = time.perf_counter() - self.start
+        ann = json.loads(row["ann"]) if row["ann"] is not None else {"words": [], "ents": []}
+        writer.add(make_record(row["text"], row["meta"], ann), row["doc"])
+        self.docs += 1
+        self.chars += len(row["text"])
+        if row.get("cuts"):
+            self.records_split += 1
+            self.cuts.update(json.loads(row["cuts"]))
+        self.shard_chars[i] = self.shard_chars.get(i, 0) + len(row["text"])
+        bar.update(len(row["text"]))
+
+    def _commit(self, i: int, counts: Dict[str, Any]) -> None:
+        """Check shard ``i``'s counts, then write its state and rename its output into place."""
+        shard, final, state = self.plan.shards[i], self.plan.finals[i], self.states[i]
+        writer = self._writer(i)
+        del self.writers[i]
+        n_errors = len(self.errors.get(i, []))
+        if writer.count != counts["docs"] or n_errors != counts["errors"]:
             writer.abort()
-        close = getattr(stream, "close", None)
-        if close:
-            close()
-    lost = [str(shards[i]) for i in pending if i not in finished]
-    if lost:
-        raise AnnotateError(f"the engine returned no end for shard(s) {', '.join(lost)}: records were lost; rerun to redo them")
-    # errors.jsonl: the skipped records of every finished shard, in shard order
+            raise AnnotateError(
+                f"shard {shard}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
+                f"{writer.count} ({n_errors} bad); its output was not finished")
+        err_text = "".join(dumps(e) + "\n" for e in self.errors.pop(i, []))
+        written = file_identity(writer.finish())
+        remove_own(final, state)
+        write_text_atomic(state.with_suffix(".errors.jsonl"), err_text)
+        write_text_atomic(state, dumps({"shard": str(shard), "output": str(final), "records": writer.count,
+                                        "skipped": n_errors, "chars": self.shard_chars.pop(i, 0),
+                                        "input": counts.get("input") or file_identity(shard),
+                                        "written": written}) + "\n")
+        writer.commit()
+        self.finished.append(i)
+
+    def abort_open_writers(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+
+
+def _write_errors_file(states: List[Path], errors_path: Path, errors_state: Path) -> bool:
+    """errors.jsonl: the skipped records of every finished shard, in shard
+    order; whether there were any."""
     err_lines = []
     for st in states:
         err_file = st.with_suffix(".errors.jsonl")
         if err_file.exists():
             err_lines.append(err_file.read_text(encoding="utf8"))
     remove_own(errors_path, errors_state)
-    if any(err_lines):
-        data = "".join(err_lines).encode("utf8")
-        write_text_atomic(errors_state, dumps({"output": str(errors_path), "written": bytes_identity(data)}) + "\n")
-        write_bytes_atomic(errors_path, data)
-    seconds = time.perf_counter() - start
-    return {
-        "docs": docs, "chars": chars, "seconds": round(seconds, 3),
-        "docs_per_s": round(docs / seconds, 1) if seconds else 0.0,
-        "chars_per_s": round(chars / seconds, 1) if seconds else 0.0,
-        "first_record_s": round(first_record, 3) if first_record is not None else None,
-        "skipped": skipped, "shards": len(shards), "shards_written": len(finished),
-        "shards_resumed": len(shards) - len(pending), "errors_file": str(errors_path) if any(err_lines) else None,
-        "engine": engine, "format": fmt, "redone": redone, "max_chars": max_chars,
-        "records_split": records_split, "cuts": dict(cuts),
-    }
+    if not any(err_lines):
+        return False
+    data = "".join(err_lines).encode("utf8")
+    write_text_atomic(errors_state, dumps({"output": str(errors_path), "written": bytes_identity(data)}) + "\n")
+    write_bytes_atomic(errors_path, data)
+    return True
