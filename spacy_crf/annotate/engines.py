@@ -23,6 +23,7 @@ Both engines run the same code on the same batches (``shard_chunks``:
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
+import logging
 import multiprocessing
 import os
 import signal
@@ -58,7 +59,7 @@ def load_pipeline(pipeline, confidence: bool = False, gpu: bool = False):
     nlp = pipeline
     if isinstance(pipeline, (str, os.PathLike)):
         try:
-            nlp = spacy.load(pipeline)
+            nlp = spacy.load(os.fspath(pipeline))
         except Exception as err:  # truncated weights, a bad config...: one line naming the pipeline
             raise AnnotateError(f"pipeline {str(pipeline)!r} cannot be loaded: {err}") from err
     if confidence:
@@ -348,7 +349,7 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
     started = False
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=True, logging_level="warning")
+                 configure_logging=True, logging_level=logging.WARNING)
         started = True
     ctx = ray.data.DataContext.get_current()
     saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
@@ -365,7 +366,7 @@ def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_
         if os.path.exists(pipeline):  # actors may start in another folder
             pipeline = os.path.abspath(pipeline)
         items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
-        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        ds: Any = ray.data.from_items(items, override_num_blocks=len(items))  # a ray.data.Dataset
         # Few read tasks at a time, in shard order: with every shard read at once
         # (num_cpus=0 allows it) the pool got the chunks of all shards
         # interleaved, and preserve_order held every record back until the

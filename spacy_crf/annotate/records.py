@@ -78,7 +78,8 @@ def words_key(nlp: Language) -> Optional[str]:
     """The span group with the predicted words (the last BMES crf_tagger's), or
     None when the pipeline has no segmenter (then the tokens are the words)."""
     names = crf_components(nlp, ("bmes",))
-    return nlp.get_pipe(names[-1]).cfg["spans_key"] if names else None
+    segmenter: Any = nlp.get_pipe(names[-1]) if names else None  # a CRFTagger
+    return segmenter.cfg["spans_key"] if names else None
 
 
 @Language.factory(CONFIDENCE_KEY, default_config={"ner": "crf_ner"})
@@ -92,7 +93,7 @@ class EntConfidence:
     def __init__(self, nlp: Language, name: str, ner: str) -> None:
         self.name = name
         self.ner = ner
-        self.tagger = nlp.get_pipe(ner)
+        self.tagger: Any = nlp.get_pipe(ner)  # a CRFTagger
 
     def __call__(self, doc: Doc) -> Doc:
         return next(iter(self.pipe([doc])))
