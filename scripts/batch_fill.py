@@ -17,6 +17,7 @@ Batcher specs: ``config`` (the config's own ``[training.batcher]``),
 ``padded:SIZE`` (``spacy.batch_by_padded.v1``, buffer 256). Nothing is
 trained and the encoder's weights are not loaded: only its tokenizer.
 """
+
 import argparse
 from itertools import islice
 from pathlib import Path
@@ -53,7 +54,7 @@ def transformer_inputs(resolved: Dict[str, Any]):
             get_spans = util.registry.resolve({"get_spans": model["get_spans"]})["get_spans"]
             tokenizer = AutoTokenizer.from_pretrained(model["name"], **model.get("tokenizer_config", {}))
             return get_spans, tokenizer
-    raise SystemExit("the config has no component with factory = \"transformer\"")
+    raise SystemExit('the config has no component with factory = "transformer"')
 
 
 def fill(batches: Sequence[Sequence[Any]], get_spans: Callable, tokenizer) -> Dict[str, float]:
@@ -112,8 +113,18 @@ def main() -> None:
     first = next(iter(results.values()))
     msg.info(f"{first['docs']:,} docs, {first['chars']:,} characters, the same for every batcher")
     header = ("batcher", "batches", "chars/batch", "spans/batch", "wordpieces", "padded", "fill")
-    rows = [(spec, r["batches"], r["chars_per_batch"], r["spans_per_batch"], f"{r['wordpieces']:,}",
-             f"{r['padded_positions']:,}", f"{r['fill']:.1%}") for spec, r in results.items()]
+    rows = [
+        (
+            spec,
+            r["batches"],
+            r["chars_per_batch"],
+            r["spans_per_batch"],
+            f"{r['wordpieces']:,}",
+            f"{r['padded_positions']:,}",
+            f"{r['fill']:.1%}",
+        )
+        for spec, r in results.items()
+    ]
     msg.table(rows, header=header, divider=True)
     if args.output:
         srsly.write_json(args.output, {"config": str(args.config), "docs": args.docs, "batchers": results})

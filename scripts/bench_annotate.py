@@ -23,6 +23,7 @@ number whose annotations differ (float near-ties under other thread counts
 or batches; 0 expected between local:N:1 and ray with the same batch size)
 is reported.
 """
+
 import argparse
 import os
 import shutil
@@ -57,7 +58,7 @@ def load_texts(paths: List[str], limit: int) -> List[str]:
 def write_shards(texts: List[str], folder: Path, n_shards: int) -> None:
     size = -(-len(texts) // n_shards)
     for k in range(n_shards):
-        part = texts[k * size:(k + 1) * size]
+        part = texts[k * size : (k + 1) * size]
         srsly.write_jsonl(folder / f"part-{k:04d}.jsonl", [{"text": t, "id": k * size + i} for i, t in enumerate(part)])
 
 
@@ -83,8 +84,10 @@ def actor_footprint(pipeline: str, texts: List[str], batch_size: int) -> Dict[st
             nlp = load_pipeline(pipeline)
             load_s = time.perf_counter() - start
             list(nlp.pipe(texts, batch_size=batch_size))
-            return {"startup_s": round(load_s, 2),
-                    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+            return {
+                "startup_s": round(load_s, 2),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            }
 
     probe = Probe.remote()
     try:
@@ -107,8 +110,10 @@ def main() -> None:
 
     texts = load_texts(args.data, args.limit)
     n_chars = sum(map(len, texts))
-    msg.info(f"{args.pipeline}: {len(texts):,} texts, {n_chars:,} chars in {args.shards} shards; "
-             f"batch size {args.batch_size}; {os.cpu_count()} CPUs")
+    msg.info(
+        f"{args.pipeline}: {len(texts):,} texts, {n_chars:,} chars in {args.shards} shards; "
+        f"batch size {args.batch_size}; {os.cpu_count()} CPUs"
+    )
     work = Path(tempfile.mkdtemp(prefix="bench_annotate_"))
     runs = []
     reference = None
@@ -120,16 +125,24 @@ def main() -> None:
         for setting in args.settings.split(","):
             engine, n, *rest = setting.split(":")
             marks: List[tuple] = []
-            options = {"engine": engine, "batch_size": args.batch_size,
-                       "progress": lambda docs, chars: marks.append((time.perf_counter(), chars))}
+            options = {
+                "engine": engine,
+                "batch_size": args.batch_size,
+                "progress": lambda docs, chars: marks.append((time.perf_counter(), chars)),
+            }
             if engine == "local":
                 options.update(n_process=int(n), threads=int(rest[0]) if rest else None)
             else:
                 if not ray_started:
                     import ray
 
-                    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                             configure_logging=True, logging_level="warning")
+                    ray.init(
+                        num_cpus=os.cpu_count(),
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        configure_logging=True,
+                        logging_level="warning",
+                    )
                     ray_started = True
                 options.update(workers=int(n), cpus_per_worker=1)
             out = work / setting.replace(":", "_")
@@ -141,15 +154,25 @@ def main() -> None:
                 raise SystemExit(f"{setting}: not the same records (ids, order) as {runs[0]['setting']}")
             differ = sum(a != b for a, b in zip(got, reference))
             if differ:
-                msg.warn(f"{setting}: {differ} records differ from {runs[0]['setting']}'s (float near-ties: "
-                         "other threads or batches)")
+                msg.warn(
+                    f"{setting}: {differ} records differ from {runs[0]['setting']}'s (float near-ties: "
+                    "other threads or batches)"
+                )
             # steady: the last 3/4 of the records, i.e. after start-up and the first batches
             (t0, c0), (t1, c1) = (marks[len(marks) // 4], marks[-1]) if len(marks) > 1 else ((0, 0), (0, 0))
-            runs.append({"setting": setting, "docs": summary["docs"], "chars": summary["chars"],
-                         "seconds": summary["seconds"], "docs_per_s": summary["docs_per_s"],
-                         "chars_per_s": summary["chars_per_s"], "first_record_s": summary["first_record_s"],
-                         "records_differing_from_first": differ,
-                         "steady_chars_per_s": round((c1 - c0) / (t1 - t0), 1) if t1 > t0 else None})
+            runs.append(
+                {
+                    "setting": setting,
+                    "docs": summary["docs"],
+                    "chars": summary["chars"],
+                    "seconds": summary["seconds"],
+                    "docs_per_s": summary["docs_per_s"],
+                    "chars_per_s": summary["chars_per_s"],
+                    "first_record_s": summary["first_record_s"],
+                    "records_differing_from_first": differ,
+                    "steady_chars_per_s": round((c1 - c0) / (t1 - t0), 1) if t1 > t0 else None,
+                }
+            )
             msg.text(f"{setting}: {summary['seconds']:.1f}s, {summary['chars_per_s']:,.0f} chars/s")
             shutil.rmtree(out)
         footprint = actor_footprint(args.pipeline, texts, args.batch_size) if ray_started else None
@@ -159,20 +182,39 @@ def main() -> None:
             import ray
 
             ray.shutdown()
-    msg.table([(r["setting"], r["docs"], f"{r['seconds']:.1f}", f"{r['docs_per_s']:,.1f}", f"{r['chars_per_s']:,.0f}",
-                f"{r['first_record_s']:.1f}", f"{r['steady_chars_per_s']:,.0f}") for r in runs],
-              header=("setting", "docs", "seconds", "docs/s", "chars/s", "first record s", "steady chars/s"),
-              divider=True)
+    msg.table(
+        [
+            (
+                r["setting"],
+                r["docs"],
+                f"{r['seconds']:.1f}",
+                f"{r['docs_per_s']:,.1f}",
+                f"{r['chars_per_s']:,.0f}",
+                f"{r['first_record_s']:.1f}",
+                f"{r['steady_chars_per_s']:,.0f}",
+            )
+            for r in runs
+        ],
+        header=("setting", "docs", "seconds", "docs/s", "chars/s", "first record s", "steady chars/s"),
+        divider=True,
+    )
     by = {r["setting"]: r for r in runs}
     ratios = {}
-    for name, a, b in (("ray-2/ray-1", "ray:2", "ray:1"), ("ray-1/local-1", "ray:1", "local:1"),
-                       ("ray-1/local-1 (1 thread)", "ray:1", "local:1:1")):
+    for name, a, b in (
+        ("ray-2/ray-1", "ray:2", "ray:1"),
+        ("ray-1/local-1", "ray:1", "local:1"),
+        ("ray-1/local-1 (1 thread)", "ray:1", "local:1:1"),
+    ):
         if a in by and b in by:
             ratios[name] = {key: round(by[a][key] / by[b][key], 3) for key in ("chars_per_s", "steady_chars_per_s")}
-            msg.text(f"{name}: {ratios[name]['chars_per_s']:.2f} (wall), {ratios[name]['steady_chars_per_s']:.2f} (steady)")
+            msg.text(
+                f"{name}: {ratios[name]['chars_per_s']:.2f} (wall), {ratios[name]['steady_chars_per_s']:.2f} (steady)"
+            )
     if footprint:
-        msg.text(f"one actor: start-up {footprint['startup_s']:.1f}s (imports + pipeline), "
-                 f"peak memory {footprint['peak_rss_mb']:,.0f} MB after one batch")
+        msg.text(
+            f"one actor: start-up {footprint['startup_s']:.1f}s (imports + pipeline), "
+            f"peak memory {footprint['peak_rss_mb']:,.0f} MB after one batch"
+        )
     if args.output:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -180,10 +222,22 @@ def main() -> None:
             ray_version = version("ray")
         except PackageNotFoundError:
             ray_version = None
-        srsly.write_json(args.output, {"pipeline": args.pipeline, "data": args.data, "texts": len(texts),
-                                       "chars": n_chars, "shards": args.shards, "batch_size": args.batch_size,
-                                       "cpus": os.cpu_count(), "ray": ray_version, "runs": runs, "ratios": ratios,
-                                       "actor": footprint})
+        srsly.write_json(
+            args.output,
+            {
+                "pipeline": args.pipeline,
+                "data": args.data,
+                "texts": len(texts),
+                "chars": n_chars,
+                "shards": args.shards,
+                "batch_size": args.batch_size,
+                "cpus": os.cpu_count(),
+                "ray": ray_version,
+                "runs": runs,
+                "ratios": ratios,
+                "actor": footprint,
+            },
+        )
         msg.good(f"Wrote {args.output}")
 
 

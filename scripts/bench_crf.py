@@ -23,6 +23,7 @@ On a machine shared with other work, timings are noisy: the implementations
 take turns within every repeat so that load hits both alike, and ``--threads
 1`` avoids intra-op thread pools, which stall when the other cores are busy.
 """
+
 import argparse
 import math
 import statistics
@@ -184,10 +185,18 @@ def main() -> None:
             worst_diff, all_same = max(worst_diff, rel_diff), all_same and same
 
     header = [
-        "tags", "K", "T",
-        "NLL torchcrf ms", "NLL ours ms", "NLL speed-up",
-        "Viterbi torchcrf ms", "Viterbi ours ms", "Viterbi speed-up",
-        "constrained ours ms", "max rel NLL diff", "same paths",
+        "tags",
+        "K",
+        "T",
+        "NLL torchcrf ms",
+        "NLL ours ms",
+        "NLL speed-up",
+        "Viterbi torchcrf ms",
+        "Viterbi ours ms",
+        "Viterbi speed-up",
+        "constrained ours ms",
+        "max rel NLL diff",
+        "same paths",
     ]
     aligns = ["l", "r", "r"] + ["r"] * 9
     msg.info(

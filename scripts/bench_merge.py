@@ -30,6 +30,7 @@ this process: on a machine shared with other work the wall time swings with
 its load, the CPU time much less.
 Targets: 200k characters in under 3 s, time growing linearly from 20k.
 """
+
 import argparse
 import random
 import time
@@ -65,8 +66,15 @@ def synthetic_doc(nlp, n_chars: int, seed: int = 0) -> Doc:
         batch = rng.choices(vocabulary, weights, k=1000)
         for word in batch:
             r = rng.random()
-            piece = (rng.choice(LATIN) + " " if r < 0.03 else rng.choice(PUNCT) if r < 0.10
-                     else rng.choice(["\n", "  ", "\u3000"]) if r < 0.11 else word)
+            piece = (
+                rng.choice(LATIN) + " "
+                if r < 0.03
+                else rng.choice(PUNCT)
+                if r < 0.10
+                else rng.choice(["\n", "  ", "\u3000"])
+                if r < 0.11
+                else word
+            )
             pieces.append(piece)
             size += len(piece)
     text = "".join(pieces)[:n_chars]
@@ -133,16 +141,35 @@ def main() -> None:
             old_doc = synthetic_doc(spacy.blank("zh"), n_chars)
             old = timed(merge_words, old_doc, entity_policy=args.policy, via_retokenizer=True)
             same = view(old_doc) == view(out)
-        rows.append((
-            f"{n_chars:,}", f"{len(doc):,}", f"{n_words:,}", f"{len(out):,}", f"{len(doc.ents):,}",
-            fmt(old), fmt(cold), fmt(warm), "-" if old is None else f"{old[0] / cold[0]:.0f}x",
-            "-" if same is None else ("yes" if same else "NO"),
-        ))
+        rows.append(
+            (
+                f"{n_chars:,}",
+                f"{len(doc):,}",
+                f"{n_words:,}",
+                f"{len(out):,}",
+                f"{len(doc.ents):,}",
+                fmt(old),
+                fmt(cold),
+                fmt(warm),
+                "-" if old is None else f"{old[0] / cold[0]:.0f}x",
+                "-" if same is None else ("yes" if same else "NO"),
+            )
+        )
         msg.text(f"{n_chars:,} chars done", show=True)
     msg.table(
         rows,
-        header=("chars", "char tokens", "words", "tokens out", "ents", "retokenizer", "linear", "linear warm",
-                "speed-up", "same result"),
+        header=(
+            "chars",
+            "char tokens",
+            "words",
+            "tokens out",
+            "ents",
+            "retokenizer",
+            "linear",
+            "linear warm",
+            "speed-up",
+            "same result",
+        ),
         aligns=("r", "r", "r", "r", "r", "r", "r", "r", "r", "c"),
         divider=True,
     )

@@ -15,6 +15,7 @@ updates, and the best and median of ``--repeats`` are printed side by side,
 wall and CPU seconds of this process. The updated rows are checked to agree
 between the two, so a fast wrong update cannot pass.
 """
+
 import argparse
 import statistics
 import time
@@ -61,7 +62,9 @@ def main() -> None:
     print(f"table {args.rows:,} x {args.width}, {args.touched:,} rows with a gradient, {args.repeats} updates each")
     print(f"{'optimizer':<16}{'best wall ms':>14}{'median wall ms':>16}{'median CPU ms':>15}")
     for name, (_, wall, cpu) in results.items():
-        print(f"{name:<16}{min(wall) * 1e3:>14.1f}{statistics.median(wall) * 1e3:>16.1f}{statistics.median(cpu) * 1e3:>15.1f}")
+        print(
+            f"{name:<16}{min(wall) * 1e3:>14.1f}{statistics.median(wall) * 1e3:>16.1f}{statistics.median(cpu) * 1e3:>15.1f}"
+        )
     speedup = statistics.median(results["dense (thinc)"][1]) / statistics.median(results["lazy_rows"][1])
     print(f"lazy_rows: {speedup:.1f}x faster per update (median wall); the batch's rows agree with dense Adam")
 

@@ -27,6 +27,7 @@ text per second, and the median of the per-batch speed-up over the first
 variant. The optimizer of a config that is not ``spacy_crf.GroupedAdam.v1``
 cannot run ``lazy`` or ``sparse``.
 """
+
 import argparse
 import json
 import statistics
@@ -131,7 +132,7 @@ def main() -> None:
         timed = i >= args.warmup
         if timed:
             chars += sum(len(eg.reference.text) for eg in batch)
-        for name in names[i % len(names):] + names[: i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             nlp, optimizer, dropout = setups[name]
             w0, c0 = time.perf_counter(), time.process_time()
             nlp.update(batch, drop=dropout, sgd=optimizer)
@@ -153,13 +154,28 @@ def main() -> None:
             f"speedup_over_{base}": round(ratio, 3),
         }
         r = rows[name]
-        print(f"{name:<8} {r['median_s_per_step']:9.3f} {r['mean_s_per_step']:8.3f} "
-              f"{r['cpu_s_per_step']:7.3f} {r['chars_per_s']:8,.0f} {ratio:9.2f}x")
+        print(
+            f"{name:<8} {r['median_s_per_step']:9.3f} {r['mean_s_per_step']:8.3f} "
+            f"{r['cpu_s_per_step']:7.3f} {r['chars_per_s']:8,.0f} {ratio:9.2f}x"
+        )
     if args.output:
-        args.output.write_text(json.dumps({
-            "config": str(args.config), "overrides": rest, "table": args.table, "steps": args.steps,
-            "warmup": args.warmup, "chars": chars, "torch_threads": torch.get_num_threads(), "variants": rows,
-        }, indent=2) + "\n", encoding="utf8")
+        args.output.write_text(
+            json.dumps(
+                {
+                    "config": str(args.config),
+                    "overrides": rest,
+                    "table": args.table,
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                    "chars": chars,
+                    "torch_threads": torch.get_num_threads(),
+                    "variants": rows,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf8",
+        )
 
 
 if __name__ == "__main__":

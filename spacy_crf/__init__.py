@@ -11,6 +11,7 @@ through the package's entry points, and imports each module when a config
 first names it. Without an installed package, import the modules themselves
 (``spacy_crf.pipeline.factories``, ``spacy_crf.corpora``, ``spacy_crf.training.loggers``, ...).
 """
+
 __version__ = "0.1.0"
 
 from ._moved import install as _install_old_names

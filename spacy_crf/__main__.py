@@ -1,4 +1,5 @@
 """``python -m spacy_crf COMMAND``: the same commands as ``spacy crf COMMAND``."""
+
 from .cli import app
 
 

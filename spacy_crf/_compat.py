@@ -11,6 +11,7 @@ with a message naming it instead of silently disabling a feature. Code
 outside this module goes through the helpers below rather than the private
 names (a test scans the package for stray ones).
 """
+
 import importlib
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -31,26 +32,42 @@ class PrivateAPI(NamedTuple):
 
 
 PRIVATE_API: Tuple[PrivateAPI, ...] = (
-    PrivateAPI("thinc.shims.PyTorchShim", "_model", "the torch module a shim wraps",
-               ("freeze", "sparse_embeddings", "quantize", "autocast")),
-    PrivateAPI("thinc.shims.PyTorchShim", "_mixed_precision", "whether the shim runs CUDA autocast",
-               ("autocast", "quantize")),
-    PrivateAPI("thinc.shims.PyTorchShim", "_grad_scaler", "the shim's gradient scaler",
-               ("sparse_embeddings", "quantize")),
-    PrivateAPI("thinc.shims.pytorch_grad_scaler.PyTorchGradScaler", "_enabled",
-               "whether gradients are scaled (sparse ones are not unscaled)", ("sparse_embeddings",)),
-    PrivateAPI("spacy_transformers.layers.hf_shim.HFShim", "_hfmodel",
-               "the HFObjects a transformer shim holds", ("quantize",)),
-    PrivateAPI("spacy_transformers.layers.hf_shim.HFShim", "_optimizer",
-               "the shim's own torch optimizer, copied to the quantized shim", ("quantize",)),
-    PrivateAPI("spacy_transformers.layers._util", "replace_listener_cfg",
-               "what replace_listeners writes into a listener's config", ("quantize",)),
-    PrivateAPI("thinc.optimizers.Optimizer", "mom1", "Adam's first moments, updated row by row",
-               ("optimizers",)),
-    PrivateAPI("thinc.optimizers.Optimizer", "mom2", "Adam's second moments, updated row by row",
-               ("optimizers",)),
-    PrivateAPI("thinc.optimizers.Optimizer", "nr_update", "Adam's step count per parameter",
-               ("optimizers",)),
+    PrivateAPI(
+        "thinc.shims.PyTorchShim",
+        "_model",
+        "the torch module a shim wraps",
+        ("freeze", "sparse_embeddings", "quantize", "autocast"),
+    ),
+    PrivateAPI(
+        "thinc.shims.PyTorchShim", "_mixed_precision", "whether the shim runs CUDA autocast", ("autocast", "quantize")
+    ),
+    PrivateAPI(
+        "thinc.shims.PyTorchShim", "_grad_scaler", "the shim's gradient scaler", ("sparse_embeddings", "quantize")
+    ),
+    PrivateAPI(
+        "thinc.shims.pytorch_grad_scaler.PyTorchGradScaler",
+        "_enabled",
+        "whether gradients are scaled (sparse ones are not unscaled)",
+        ("sparse_embeddings",),
+    ),
+    PrivateAPI(
+        "spacy_transformers.layers.hf_shim.HFShim", "_hfmodel", "the HFObjects a transformer shim holds", ("quantize",)
+    ),
+    PrivateAPI(
+        "spacy_transformers.layers.hf_shim.HFShim",
+        "_optimizer",
+        "the shim's own torch optimizer, copied to the quantized shim",
+        ("quantize",),
+    ),
+    PrivateAPI(
+        "spacy_transformers.layers._util",
+        "replace_listener_cfg",
+        "what replace_listeners writes into a listener's config",
+        ("quantize",),
+    ),
+    PrivateAPI("thinc.optimizers.Optimizer", "mom1", "Adam's first moments, updated row by row", ("optimizers",)),
+    PrivateAPI("thinc.optimizers.Optimizer", "mom2", "Adam's second moments, updated row by row", ("optimizers",)),
+    PrivateAPI("thinc.optimizers.Optimizer", "nr_update", "Adam's step count per parameter", ("optimizers",)),
     PrivateAPI("spacy.tokens.Doc", "_context", "copied to the merged doc", ("merge",)),
     PrivateAPI("spacy.tokens.Doc", "_vector", "copied to the merged doc", ("merge",)),
     PrivateAPI("spacy.tokens.Doc", "_vector_norm", "copied to the merged doc", ("merge",)),
@@ -108,8 +125,12 @@ def scales_gradients(shim: PyTorchShim) -> bool:
 def hf_shim_state(shim) -> Dict[str, object]:
     """What a replacement of a spacy-transformers ``HFShim`` must take over:
     its HF objects, optimizer, mixed-precision flag and gradient scaler."""
-    return {"model": shim._hfmodel, "optimizer": shim._optimizer,
-            "mixed_precision": shim._mixed_precision, "grad_scaler": shim._grad_scaler}
+    return {
+        "model": shim._hfmodel,
+        "optimizer": shim._optimizer,
+        "mixed_precision": shim._mixed_precision,
+        "grad_scaler": shim._grad_scaler,
+    }
 
 
 def set_grad_scaler(shim: PyTorchShim, scaler) -> None:
@@ -168,8 +189,8 @@ def _instances() -> Dict[str, Callable[[], object]]:
     import torch
     from spacy.tokens import Doc
     from spacy.vocab import Vocab
-    from spacy_transformers.layers.hf_shim import HFShim
     from spacy_transformers.data_classes import HFObjects
+    from spacy_transformers.layers.hf_shim import HFShim
     from thinc.api import Adam
     from thinc.shims.pytorch_grad_scaler import PyTorchGradScaler
 
@@ -195,8 +216,10 @@ def check_entry(entry: PrivateAPI, instances: Optional[Dict[str, Callable[[], ob
     except Exception as e:  # an upgrade can break the constructor as well
         return f"{entry.owner} could not be built to check {entry.name!r}: {type(e).__name__}: {e}"
     if not hasattr(owner, entry.name):
-        return (f"{entry.owner} has no {entry.name!r} any more ({entry.why}); spacy_crf's "
-                f"{', '.join(entry.users)} rely on it: see spacy_crf/_compat.py")
+        return (
+            f"{entry.owner} has no {entry.name!r} any more ({entry.why}); spacy_crf's "
+            f"{', '.join(entry.users)} rely on it: see spacy_crf/_compat.py"
+        )
     return None
 
 

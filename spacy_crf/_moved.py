@@ -3,6 +3,7 @@
 ``from spacy_crf import model``) still works and gives the module under its
 new name, the same module object, so user code and monkeypatches written
 against the old names keep working."""
+
 import importlib
 import importlib.abc
 import importlib.util

@@ -3,6 +3,7 @@ how a doc is named in an error message (its ``file:line``, or a quote).
 
 Nothing here imports torch or registers anything: every module may import it.
 """
+
 from spacy.tokens import Doc
 
 #: Span group that receives the predicted words of a segmenter.

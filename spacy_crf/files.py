@@ -5,6 +5,7 @@ never overwrites an input or another output), :func:`atomic_path` /
 
 Nothing here imports torch or registers anything: every module may import it.
 """
+
 import json
 import os
 import shutil
@@ -47,8 +48,12 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[Optional[PathLike]], *,
-                       output_dirs: Iterable[Optional[PathLike]] = ()) -> None:
+def check_output_paths(
+    inputs: Iterable[Optional[PathLike]],
+    outputs: Iterable[Optional[PathLike]],
+    *,
+    output_dirs: Iterable[Optional[PathLike]] = (),
+) -> None:
     """Raise :class:`OutputPathError` naming both paths when an output file
     (``outputs``) or output directory (``output_dirs``) is an input, lies
     inside an input directory, is another output, or (for a directory, which
@@ -74,8 +79,10 @@ def check_output_paths(inputs: Iterable[Optional[PathLike]], outputs: Iterable[O
             if _same_path(out, inp) or (is_dir and _inside(inp, out)):
                 raise OutputPathError(f"output {out} would overwrite the input {inp}; choose another output path")
             if inp.is_dir() and _inside(out, inp):
-                raise OutputPathError(f"output {out} is inside the input directory {inp}, which is read, "
-                                      "never written to; choose another output path")
+                raise OutputPathError(
+                    f"output {out} is inside the input directory {inp}, which is read, "
+                    "never written to; choose another output path"
+                )
         for j, (other, _other_is_dir) in enumerate(outs):
             if j == i:
                 continue

@@ -1,4 +1,5 @@
 """What machine a measurement ran on: recorded beside every timing."""
+
 import os
 import platform
 from typing import Any, Dict

@@ -5,6 +5,7 @@ matplotlib is an optional dependency (``spacy-crf[plot]``), so it is imported
 only when a figure is drawn, on the Agg backend: the plots are written to
 files by training machines that have no display.
 """
+
 from pathlib import Path
 from typing import Optional, Union
 

@@ -3,6 +3,7 @@
 lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
+
 from typing import Any, List, Optional, Sequence
 
 from .doc_keys import (  # noqa: F401 (re-exported)
@@ -26,12 +27,18 @@ from .files import (  # noqa: F401 (re-exported)
 )
 from .hardware import hardware  # noqa: F401 (re-exported)
 
-
 # --- numeric options ------------------------------------------------------------------------------------------------
 
 
-def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maximum: Optional[float] = None,
-                 max_open: bool = False, hint: str = "") -> None:
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: Optional[float] = None,
+    maximum: Optional[float] = None,
+    max_open: bool = False,
+    hint: str = "",
+) -> None:
     """Raise ``ValueError`` naming the option ``name`` unless ``value`` is a
     number in ``[minimum, maximum]`` (``maximum`` excluded with ``max_open``;
     NaN is never in range). ``hint`` says what a special value means."""
@@ -46,8 +53,9 @@ def check_number(name: str, value: Any, *, minimum: Optional[float] = None, maxi
             bounds.append(f">= {minimum:g}")
         if maximum is not None:
             bounds.append(f"{'<' if max_open else '<='} {maximum:g}")
-        raise ValueError(f"{name} must be {' and '.join(bounds) or 'a number'}, got {value!r}"
-                         + (f" ({hint})" if hint else ""))
+        raise ValueError(
+            f"{name} must be {' and '.join(bounds) or 'a number'}, got {value!r}" + (f" ({hint})" if hint else "")
+        )
 
 
 def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:

@@ -4,6 +4,7 @@ Pipelines are built from blocks: :func:`pipeline_config` puts an encoder
 (``transformer``: a local random BERT; ``tok2vec``: spaCy's HashEmbedCNN)
 in front of CRF components that listen to it.
 """
+
 from pathlib import Path
 from typing import Sequence, Tuple
 
@@ -16,8 +17,14 @@ NER_DATA = [
 WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["今天", "天气", "好"]]
 #: a half-trained pipeline's training words and entities, and dev words with
 #: unseen ones (the OOV probes, the lexicon tuning: conftest.write_probe_inputs)
-PROBE_WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
-               ["北京大学", "在", "北京"], ["上海", "人"]]
+PROBE_WORDS = [
+    ["张三", "去", "上海"],
+    ["我", "在", "北京", "工作"],
+    ["李四", "住", "广州"],
+    ["今天", "天气", "好"],
+    ["北京大学", "在", "北京"],
+    ["上海", "人"],
+]
 PROBE_ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")])]
 PROBE_DEV = [["王五", "去", "广州"], ["那不勒斯", "很", "美"], ["我", "在", "上海", "工作"], ["好"]]
 #: a small spaCy tok2vec for CRF taggers that embed their own features
@@ -36,6 +43,7 @@ SMALL_TOK2VEC = {
 def crf_model_config(**kwargs) -> dict:
     """A ``spacy_crf.CRFTagger.v1`` model over :data:`SMALL_TOK2VEC`, as a dict for ``add_pipe``."""
     return {"@architectures": "spacy_crf.CRFTagger.v1", "tok2vec": dict(SMALL_TOK2VEC), **kwargs}
+
 
 TRANSFORMER_BLOCK = """
 [components.transformer]
@@ -93,9 +101,11 @@ upstream = "tok2vec"
 def crf_block(component: str, factory: str = "crf_tagger", scheme: str = "", encoder: str = "transformer") -> str:
     """A CRF component listening to ``encoder``; ``scheme`` empty: the factory's default."""
     scheme_line = f'scheme = "{scheme}"\n' if scheme else ""
-    return (f'\n[components.{component}]\nfactory = "{factory}"\n{scheme_line}'
-            f'\n[components.{component}.model]\n@architectures = "spacy_crf.CRFTagger.v1"\n'
-            + LISTENERS[encoder].replace("{component}", component))
+    return (
+        f'\n[components.{component}]\nfactory = "{factory}"\n{scheme_line}'
+        f'\n[components.{component}.model]\n@architectures = "spacy_crf.CRFTagger.v1"\n'
+        + LISTENERS[encoder].replace("{component}", component)
+    )
 
 
 def pipeline_config(crfs: Sequence[Tuple[str, str, str]], encoder: str = "transformer", name: str = "{name}") -> str:

@@ -5,6 +5,7 @@ Config text and tiny data sets shared by several test modules are in
 other as siblings, as they do when the project runs them; the directory is
 put on ``sys.path`` here so that their tests can import them the same way.
 """
+
 import random
 import sys
 from pathlib import Path
@@ -35,11 +36,10 @@ def tiny_ner_pipeline(tiny_bert_dir):
     """The transformer + ``crf_tagger`` pipeline of ``PIPELINE_CFG`` over the tiny
     BERT, not initialized, and its NER examples; seeded."""
     import spacy
+    from _configs import NER_DATA, PIPELINE_CFG
     from spacy.training import Example
     from spacy.util import fix_random_seed
     from thinc.api import Config
-
-    from _configs import NER_DATA, PIPELINE_CFG
 
     fix_random_seed(0)
     text = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir))
@@ -83,9 +83,8 @@ def write_probe_inputs(path: Path) -> Path:
     """``path/pipeline`` (:func:`half_trained_pipeline` on ``PROBE_WORDS`` and
     ``PROBE_ENTS``), ``path/dev.spacy`` (``PROBE_DEV``) and
     ``path/train.spacy`` (the training words); returns ``path``."""
-    from spacy.tokens import Doc, DocBin
-
     from _configs import PROBE_DEV, PROBE_ENTS, PROBE_WORDS
+    from spacy.tokens import Doc, DocBin
 
     nlp, word_refs, _ = half_trained_pipeline(PROBE_WORDS, PROBE_ENTS)
     nlp.to_disk(path / "pipeline")
@@ -106,7 +105,6 @@ def trained_segmenter(words, updates: int = 40):
     """A blank ``zh`` pipeline with one ``crf_segmenter`` (``segmenter``, a
     small tok2vec) trained on ``words`` until it segments them."""
     import spacy
-
     from _configs import crf_model_config
 
     nlp = spacy.blank("zh")
@@ -160,7 +158,6 @@ def ray_session():
     every test module that runs the Ray engine."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True,
-             logging_level="warning")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=True, logging_level="warning")
     yield ray
     ray.shutdown()

@@ -1,5 +1,6 @@
 """spacy_crf.annotate: a corpus of shards in, one record per doc out, with the
 local engine and with Ray Data (one local Ray instance for the session)."""
+
 import gzip
 import json
 import os
@@ -62,9 +63,11 @@ upstream = "tok2vec"
 [components.merge]
 factory = "crf_merge_words"
 """
-TRAIN = [(["张三", "去", "上海"], [(0, 2, "PER"), (3, 5, "LOC")]),
-         (["我", "在", "北京", "工作"], [(2, 4, "LOC")]),
-         (["李四", "住", "广州"], [(0, 2, "PER"), (3, 5, "LOC")])]
+TRAIN = [
+    (["张三", "去", "上海"], [(0, 2, "PER"), (3, 5, "LOC")]),
+    (["我", "在", "北京", "工作"], [(2, 4, "LOC")]),
+    (["李四", "住", "广州"], [(0, 2, "PER"), (3, 5, "LOC")]),
+]
 CHARS = "我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生"
 _rng = random.Random(13)
 TEXTS = [
@@ -140,8 +143,10 @@ def write_corpus(root):
     (root / "a.txt").write_text("\n".join(txt) + "\n", encoding="utf8")
     with gzip.open(root / "b.txt.gz", "wt", encoding="utf8") as f:
         f.write("\n".join(txt))  # no final newline
-    records = [{"text": t, "id": f"doc-{i}", "source": "web", "meta": {"n": i, "tags": ["x", i]}}
-               for i, t in enumerate(TEXTS + [LONG])]
+    records = [
+        {"text": t, "id": f"doc-{i}", "source": "web", "meta": {"n": i, "tags": ["x", i]}}
+        for i, t in enumerate(TEXTS + [LONG])
+    ]
     write_jsonl(root / "c.jsonl", records)
     (root / "sub").mkdir(exist_ok=True)
     write_jsonl(root / "sub" / "d.jsonl.gz", [{"text": t} for t in TEXTS])
@@ -179,8 +184,14 @@ def test_local_engine_gives_what_nlp_pipe_gives_for_every_format(pipeline_dir, c
         for r in records:
             assert (r["words"], r["ents"]) == expected[r["text"]]
     assert [r["id"] for r in got["a.jsonl"]][:2] == ["a.txt:1", "a.txt:2"]
-    assert got["c.jsonl"][3] == {"id": "doc-3", "text": TEXTS[3], "words": expected[TEXTS[3]][0],
-                                 "ents": expected[TEXTS[3]][1], "source": "web", "meta": {"n": 3, "tags": ["x", 3]}}
+    assert got["c.jsonl"][3] == {
+        "id": "doc-3",
+        "text": TEXTS[3],
+        "words": expected[TEXTS[3]][0],
+        "ents": expected[TEXTS[3]][1],
+        "source": "web",
+        "meta": {"n": 3, "tags": ["x", 3]},
+    }
     assert [r["n"] for r in got["e.jsonl"]] == list(range(len(TEXTS)))
     assert got[os.path.join("sub", "d.jsonl")][1]["id"] == os.path.join("sub", "d.jsonl.gz") + ":2"
     n_docs = 2 * len(txt) + 3 * len(TEXTS) + 1
@@ -207,12 +218,15 @@ def test_ray_engine_gives_identical_records_and_errors(ray_session, pipeline_dir
         assert (r["words"], [{k: e[k] for k in ("start", "end", "label")} for e in r["ents"]]) == expected[r["text"]]
 
 
-@pytest.mark.parametrize("line,reason", [
-    ("{oops", "invalid JSON"),
-    ('{"txt": "张三"}', "no 'text' key"),
-    ('{"text": null}', "'text' is NoneType, not a string"),
-    ('["张三"]', "not a JSON object but list"),
-])
+@pytest.mark.parametrize(
+    "line,reason",
+    [
+        ("{oops", "invalid JSON"),
+        ('{"txt": "张三"}', "no 'text' key"),
+        ('{"text": null}', "'text' is NoneType, not a string"),
+        ('["张三"]', "not a JSON object but list"),
+    ],
+)
 def test_a_bad_record_stops_the_run_naming_file_and_line(pipeline_dir, tmp_path, line, reason):
     write_jsonl(tmp_path / "x.jsonl", None, lines=['{"text": "我在北京"}', "", line])
     with pytest.raises(AnnotateError, match=rf"x\.jsonl, line 3: .*{reason}".replace("(", r"\(")):
@@ -221,11 +235,25 @@ def test_a_bad_record_stops_the_run_naming_file_and_line(pipeline_dir, tmp_path,
 
 
 def test_on_error_skip_logs_file_line_and_reason(pipeline_dir, tmp_path):
-    lines = ['{"text": "我在北京"}', "{oops", '{"txt": 1}', '{"text": 3}', '"str"', '{"text": "", "id": 9}',
-             '{"text": "张三", "words": 1}']
+    lines = [
+        '{"text": "我在北京"}',
+        "{oops",
+        '{"txt": 1}',
+        '{"text": 3}',
+        '"str"',
+        '{"text": "", "id": 9}',
+        '{"text": "张三", "words": 1}',
+    ]
     write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=lines)
-    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip", n_process=2,
-                       batch_size=2, progress=False)
+    summary = annotate(
+        str(pipeline_dir),
+        str(tmp_path / "in"),
+        str(tmp_path / "out"),
+        on_error="skip",
+        n_process=2,
+        batch_size=2,
+        progress=False,
+    )
     assert summary["skipped"] == 5 and summary["docs"] == 2
     records = read_output(tmp_path / "out" / "x.jsonl")
     assert records[1] == {"id": 9, "text": "", "words": [], "ents": []}  # empty text: empty annotations
@@ -282,14 +310,21 @@ def test_parquet_and_spacy_outputs(pipeline_dir, tmp_path):
     annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.jsonl.out.jsonl"), progress=False)
     annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.parquet"), progress=False)
     assert read_output(tmp_path / "x.parquet") == read_output(tmp_path / "x.jsonl.out.jsonl")
-    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "spacy"), fmt="spacy", confidence=True,
-             progress=False)
+    annotate(
+        str(pipeline_dir),
+        str(tmp_path / "x.jsonl"),
+        str(tmp_path / "spacy"),
+        fmt="spacy",
+        confidence=True,
+        progress=False,
+    )
     nlp = spacy.load(pipeline_dir)
     docs = list(DocBin().from_disk(tmp_path / "spacy" / "x.spacy").get_docs(nlp.vocab))
     want = list(nlp.pipe(texts))
     assert [[t.text for t in d] for d in docs] == [[t.text for t in d] for d in want]  # words became tokens
-    assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs] == \
-        [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in want]
+    assert [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs] == [
+        [(e.start_char, e.end_char, e.label_) for e in d.ents] for d in want
+    ]
     assert all(len(d.user_data["crf_ent_confidence"]) == len(d.ents) for d in docs)
     with pytest.raises(AnnotateError, match=r"one output file for \d input shards"):
         write_jsonl(tmp_path / "y.jsonl", [{"text": "我"}])

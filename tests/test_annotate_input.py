@@ -1,6 +1,7 @@
 """spacy_crf.annotate: inputs that are not clean UTF-8 (lone surrogates, a
 line that is not UTF-8, a BOM, a truncated .gz), refused pipelines and options,
 signals with worker processes, and very long records."""
+
 import gzip
 import json
 import os
@@ -24,14 +25,17 @@ def read_errors(path):
 
 # --- lone surrogates --------------------------------------------------------------------------------------------------
 
-SURROGATE_LINES = ['{"text": "张三去上海"}', '{"text": "张三\\ud800去上海"}', '{"text": "我在北京", "url": "\\udfff"}',
-                   '{"text": "李四住广州"}']
+SURROGATE_LINES = [
+    '{"text": "张三去上海"}',
+    '{"text": "张三\\ud800去上海"}',
+    '{"text": "我在北京", "url": "\\udfff"}',
+    '{"text": "李四住广州"}',
+]
 
 
 def test_a_lone_surrogate_is_a_bad_record_skipped_to_the_errors_file(pipeline_dir, tmp_path):
     write_jsonl(tmp_path / "in" / "x.jsonl", None, lines=SURROGATE_LINES)
-    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip",
-                       progress=False)
+    summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), on_error="skip", progress=False)
     assert summary["docs"] == 2 and summary["skipped"] == 2
     assert [r["text"] for r in read_output(tmp_path / "out" / "x.jsonl")] == ["张三去上海", "李四住广州"]
     errors = read_errors(tmp_path / "out" / "errors.jsonl")
@@ -55,8 +59,9 @@ def test_on_error_skip_skips_a_line_that_is_not_utf8(pipeline_dir, tmp_path, n_p
     src.mkdir()
     (src / "x.jsonl").write_bytes(b'{"text": "\xe5\xbc\xa0"}\n{"text": "\xff\xfe"}\n{"text": "\xe6\xb5\xb7"}\n')
     (src / "y.txt").write_bytes(b"\xe5\xbc\xa0\n\xff\n\xe6\xb5\xb7\n")
-    summary = annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process,
-                       progress=False)
+    summary = annotate(
+        str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process, progress=False
+    )
     assert summary["docs"] == 4 and summary["skipped"] == 2
     assert [r["text"] for r in read_output(tmp_path / "out" / "x.jsonl")] == ["张", "海"]
     assert [r["text"] for r in read_output(tmp_path / "out" / "y.jsonl")] == ["张", "海"]
@@ -93,8 +98,15 @@ def test_a_truncated_gz_shard_is_named_in_one_line(pipeline_dir, tmp_path, reque
     data = gzip.compress("".join(json.dumps({"text": "我在北京" * 50, "id": i}) + "\n" for i in range(200)).encode())
     (src / "b.jsonl.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(AnnotateError, match=r"b\.jsonl\.gz: truncated or corrupt gzip file after line \d+"):
-        annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), on_error="skip", n_process=n_process,
-                 engine=engine, progress=False)
+        annotate(
+            str(pipeline_dir),
+            str(src),
+            str(tmp_path / "out"),
+            on_error="skip",
+            n_process=n_process,
+            engine=engine,
+            progress=False,
+        )
     assert sorted(outputs(tmp_path / "out")) == ["a.jsonl"] and not (tmp_path / "out" / "b.jsonl").exists()
     if engine == "ray":
         return
@@ -117,7 +129,9 @@ def segmenter_only_dir(tmp_path_factory):
     config["nlp"]["pipeline"] = ["tok2vec", "segmenter"]
     del config["components"]["crf_ner"], config["components"]["merge"]
     nlp = spacy.util.load_model_from_config(config, auto_fill=True)
-    examples = [Example.from_dict(nlp.make_doc("张三去上海"), {"spans": {"words": [(0, 2, ""), (2, 3, ""), (3, 5, "")]}})]
+    examples = [
+        Example.from_dict(nlp.make_doc("张三去上海"), {"spans": {"words": [(0, 2, ""), (2, 3, ""), (3, 5, "")]}})
+    ]
     nlp.initialize(lambda: examples)
     path = tmp_path_factory.mktemp("segmenter_only") / "nlp"
     nlp.to_disk(path)
@@ -127,8 +141,7 @@ def segmenter_only_dir(tmp_path_factory):
 @pytest.mark.parametrize("engine", ["local", "ray"])
 def test_confidence_without_an_entity_tagger_is_refused_before_any_work(segmenter_only_dir, tmp_path, engine):
     write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海"}])
-    code, said = run_cli(segmenter_only_dir, tmp_path / "x.jsonl", tmp_path / "out", "--confidence",
-                         "--engine", engine)
+    code, said = run_cli(segmenter_only_dir, tmp_path / "x.jsonl", tmp_path / "out", "--confidence", "--engine", engine)
     assert code == 1 and "--confidence needs an entity tagger" in said and "Traceback" not in said
     assert not (tmp_path / "out").exists()
 
@@ -206,12 +219,31 @@ def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_d
     chars = "我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生。"
     src, out = tmp_path / "in", tmp_path / "out"
     for k in range(8):
-        write_jsonl(src / f"s{k}.jsonl", [{"text": "".join(rng.choice(chars) for _ in range(200)), "id": f"{k}-{i}"}
-                                          for i in range(150)])
-    cmd = [sys.executable, "-m", "spacy_crf", "annotate", str(pipeline_dir), str(src), str(out), "--n-process", "2",
-           "--batch-size", "4", "--no-progress"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        write_jsonl(
+            src / f"s{k}.jsonl",
+            [{"text": "".join(rng.choice(chars) for _ in range(200)), "id": f"{k}-{i}"} for i in range(150)],
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "spacy_crf",
+        "annotate",
+        str(pipeline_dir),
+        str(src),
+        str(out),
+        "--n-process",
+        "2",
+        "--batch-size",
+        "4",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     try:
         deadline = time.time() + 180
         while not (out / "s0.jsonl").exists() and proc.poll() is None and time.time() < deadline:
@@ -234,8 +266,9 @@ def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_d
     summary = annotate(str(pipeline_dir), str(src), str(out), progress=False)
     assert summary["shards_resumed"] >= 1
     got = outputs(out)
-    assert {name: [r["id"] for r in records] for name, records in got.items()} == \
-        {f"s{k}.jsonl": [f"{k}-{i}" for i in range(150)] for k in range(8)}
+    assert {name: [r["id"] for r in records] for name, records in got.items()} == {
+        f"s{k}.jsonl": [f"{k}-{i}" for i in range(150)] for k in range(8)
+    }
 
 
 # --- very long records -----------------------------------------------------------------------------------------------
@@ -249,8 +282,12 @@ def _long_texts():
     sentences = []
     for _ in range(120):
         body = "".join(rng.choice(chars) for _ in range(rng.randint(10, 60)))
-        sentences.append(body[:5] + rng.choice(["张三去上海", "李四住广州", "我在北京工作"]) + body[5:] +
-                         rng.choice(["。", "！", "？”"]))
+        sentences.append(
+            body[:5]
+            + rng.choice(["张三去上海", "李四住广州", "我在北京工作"])
+            + body[5:]
+            + rng.choice(["。", "！", "？”"])
+        )
     punctuated = "".join(sentences)
     bare = "".join(rng.choice(chars + "张三上海") for _ in range(3000))  # no sentence end anywhere
     return punctuated, bare
@@ -263,10 +300,19 @@ def test_a_long_record_is_annotated_in_pieces_and_written_whole(pipeline_dir, tm
 
     punctuated, bare = _long_texts()
     assert len(punctuated) > 3000
-    write_jsonl(tmp_path / "x.jsonl", [{"text": "张三去上海", "id": "short"}, {"text": punctuated, "id": "long"},
-                                       {"text": bare, "id": "bare"}])
-    summary = annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.out.jsonl"), max_chars=500,
-                       n_process=n_process, batch_size=4, progress=False)
+    write_jsonl(
+        tmp_path / "x.jsonl",
+        [{"text": "张三去上海", "id": "short"}, {"text": punctuated, "id": "long"}, {"text": bare, "id": "bare"}],
+    )
+    summary = annotate(
+        str(pipeline_dir),
+        str(tmp_path / "x.jsonl"),
+        str(tmp_path / "x.out.jsonl"),
+        max_chars=500,
+        n_process=n_process,
+        batch_size=4,
+        progress=False,
+    )
     records = read_output(tmp_path / "x.out.jsonl")
     assert [r["id"] for r in records] == ["short", "long", "bare"]  # one record each, in order
     assert [r["text"] for r in records] == ["张三去上海", punctuated, bare]
@@ -293,8 +339,14 @@ def test_a_long_record_in_a_docbin_keeps_its_text_entities_and_confidences(pipel
 
     punctuated, _ = _long_texts()
     write_jsonl(tmp_path / "x.jsonl", [{"text": punctuated}])
-    annotate(str(pipeline_dir), str(tmp_path / "x.jsonl"), str(tmp_path / "x.spacy"), max_chars=700,
-             confidence=True, progress=False)
+    annotate(
+        str(pipeline_dir),
+        str(tmp_path / "x.jsonl"),
+        str(tmp_path / "x.spacy"),
+        max_chars=700,
+        confidence=True,
+        progress=False,
+    )
     nlp = spacy.load(pipeline_dir)
     (doc,) = DocBin().from_disk(tmp_path / "x.spacy").get_docs(nlp.vocab)
     assert doc.text == punctuated

@@ -1,15 +1,17 @@
 """spacy_crf.annotate: what it may overwrite, what a resume trusts, which
 options and shards it refuses before any work, and a Ray actor killed mid-run."""
+
 import json
 import os
 
 import pytest
+from test_annotate import TEXTS, outputs, pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
 from typer.testing import CliRunner
 
 from spacy_crf.annotate import AnnotateError, annotate, read_output
 from spacy_crf.annotate import engines as engines_module
+from spacy_crf.annotate import ray_engine as ray_engine_module
 from spacy_crf.cli import app
-from test_annotate import TEXTS, outputs, pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
 
 RECORDS = [{"text": t, "id": f"r{i}"} for i, t in enumerate(TEXTS[:4])]
 
@@ -17,6 +19,7 @@ RECORDS = [{"text": t, "id": f"r{i}"} for i, t in enumerate(TEXTS[:4])]
 @pytest.fixture
 def no_engine(monkeypatch):
     """Fail the test if an engine is started: the checks must come first."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("the engine was started before the paths and options were checked")
         yield  # pragma: no cover
@@ -33,10 +36,10 @@ def run_cli(*args):
 # --- item 1: an output is never an input -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["same", "dotdot", "symlink", "hardlink", "folder_is_input_folder",
-                                 "folder_holds_input"])
-def test_an_output_that_is_the_input_is_refused_and_the_input_kept(pipeline_dir, tmp_path, monkeypatch, no_engine,
-                                                                   how):
+@pytest.mark.parametrize(
+    "how", ["same", "dotdot", "symlink", "hardlink", "folder_is_input_folder", "folder_holds_input"]
+)
+def test_an_output_that_is_the_input_is_refused_and_the_input_kept(pipeline_dir, tmp_path, monkeypatch, no_engine, how):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "d"
     write_jsonl(data / "in.jsonl", RECORDS)
@@ -161,7 +164,8 @@ def test_a_resume_redoes_a_shard_whose_input_changed(pipeline_dir, tmp_path):
     summary = annotate(str(pipeline_dir), str(src), str(out), progress=False)
     assert [r["id"] for r in read_output(out / "b.jsonl")] == ["x2", "r3"]
     assert [r["reason"] for r in summary["redone"]] == [
-        "its input changed since it was annotated (same size, different SHA-256)"]
+        "its input changed since it was annotated (same size, different SHA-256)"
+    ]
     again = annotate(str(pipeline_dir), str(src), str(out), progress=False)
     assert again["shards_resumed"] == 2 and again["redone"] == [] and again["docs"] == 0
 
@@ -179,21 +183,46 @@ def test_the_command_says_which_shard_it_redid_and_why(pipeline_dir, tmp_path):
 # --- item 6: options refused before any work --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("option,value", [
-    ("workers", 0), ("batch_size", 0), ("batch_size", -5), ("n_process", 0), ("n_process", -1), ("threads", 0),
-    ("threads", -2), ("cpus_per_worker", -1.0), ("gpus_per_worker", -0.5), ("workers", 1.5),
-])
-def test_an_option_out_of_range_is_refused_before_the_engine_starts(pipeline_dir, tmp_path, no_engine, option,
-                                                                     value):
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("workers", 0),
+        ("batch_size", 0),
+        ("batch_size", -5),
+        ("n_process", 0),
+        ("n_process", -1),
+        ("threads", 0),
+        ("threads", -2),
+        ("cpus_per_worker", -1.0),
+        ("gpus_per_worker", -0.5),
+        ("workers", 1.5),
+    ],
+)
+def test_an_option_out_of_range_is_refused_before_the_engine_starts(pipeline_dir, tmp_path, no_engine, option, value):
     write_jsonl(tmp_path / "in.jsonl", RECORDS)
     with pytest.raises(AnnotateError, match=rf"^{option} must be"):
-        annotate(str(pipeline_dir), str(tmp_path / "in.jsonl"), str(tmp_path / "out"), engine="ray",
-                 progress=False, **{option: value})
+        annotate(
+            str(pipeline_dir),
+            str(tmp_path / "in.jsonl"),
+            str(tmp_path / "out"),
+            engine="ray",
+            progress=False,
+            **{option: value},
+        )
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("option,value", [("--workers", "0"), ("--batch-size", "-5"), ("--n-process", "-1"),
-                                          ("--threads", "0"), ("--cpus-per-worker", "-1"), ("--gpus-per-worker", "-1")])
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--workers", "0"),
+        ("--batch-size", "-5"),
+        ("--n-process", "-1"),
+        ("--threads", "0"),
+        ("--cpus-per-worker", "-1"),
+        ("--gpus-per-worker", "-1"),
+    ],
+)
 def test_the_command_names_the_option_out_of_range(pipeline_dir, tmp_path, no_engine, option, value):
     write_jsonl(tmp_path / "in.jsonl", RECORDS)
     code, said = run_cli(pipeline_dir, tmp_path / "in.jsonl", tmp_path / "out", "--engine", "ray", option, value)
@@ -221,14 +250,13 @@ def test_ray_names_a_non_utf8_shard_as_local_does_and_keeps_the_shards_before(ra
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_session, pipeline_dir, tmp_path,
-                                                                       monkeypatch):
+def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_session, pipeline_dir, tmp_path, monkeypatch):
     src = tmp_path / "in"
     for k in range(3):
         write_jsonl(src / f"s{k}.jsonl", [{"text": t, "id": f"{k}-{i}"} for i, t in enumerate(TEXTS)])
     killed = tmp_path / "killed"
 
-    class KilledOnce(engines_module.RayAnnotator):
+    class KilledOnce(ray_engine_module.RayAnnotator):
         """Kills its own actor (ray.kill, as a lost node or an OOM kill would)
         during its first chunk of the second shard, once per run."""
 
@@ -244,13 +272,15 @@ def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_sessio
                 time.sleep(60)  # killed while this chunk is in flight
             return super().__call__(batch)
 
-    monkeypatch.setattr(engines_module, "RayAnnotator", KilledOnce)
-    summary = annotate(str(pipeline_dir), str(src), str(tmp_path / "out"), engine="ray", workers=2, batch_size=2,
-                       progress=False)
+    monkeypatch.setattr(ray_engine_module, "RayAnnotator", KilledOnce)
+    summary = annotate(
+        str(pipeline_dir), str(src), str(tmp_path / "out"), engine="ray", workers=2, batch_size=2, progress=False
+    )
     pid = int(killed.read_text(encoding="utf8"))
     with pytest.raises(ProcessLookupError):  # that actor's process is gone: its chunk was redone elsewhere
         os.kill(pid, 0)
     got = outputs(tmp_path / "out")
-    assert {name: [r["id"] for r in records] for name, records in got.items()} == \
-        {f"s{k}.jsonl": [f"{k}-{i}" for i in range(len(TEXTS))] for k in range(3)}
+    assert {name: [r["id"] for r in records] for name, records in got.items()} == {
+        f"s{k}.jsonl": [f"{k}-{i}" for i in range(len(TEXTS))] for k in range(3)
+    }
     assert summary["docs"] == 3 * len(TEXTS) and summary["shards_written"] == 3

@@ -1,15 +1,15 @@
 """project/scripts/assemble.py: segmenter + NER tagger (joint, or separately
 trained) into one pipeline with crf_merge_words."""
+
 import pytest
 import spacy
+from _configs import NER_DATA, PIPELINE_CFG, WORDS
+from assemble import assemble
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.doc_keys import NO_GOLD_WORDS
-
-from _configs import NER_DATA, PIPELINE_CFG, WORDS
-from assemble import assemble
 
 
 def word_doc(vocab, words):
@@ -63,11 +63,18 @@ def test_assemble_one_pipeline(trained_dirs, tmp_path):
 
 def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, tmp_path):
     cfg = PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)).replace(
-        'pipeline = ["transformer", "crf_tagger"]', 'pipeline = ["transformer", "segmenter", "crf_tagger"]')
-    segmenter = cfg[cfg.index("[components.crf_tagger]"):].replace("crf_tagger]", "segmenter]").replace(
-        "crf_tagger.model", "segmenter.model").replace('scheme = "bioes"', 'scheme = "bmes"')
+        'pipeline = ["transformer", "crf_tagger"]', 'pipeline = ["transformer", "segmenter", "crf_tagger"]'
+    )
+    segmenter = (
+        cfg[cfg.index("[components.crf_tagger]") :]
+        .replace("crf_tagger]", "segmenter]")
+        .replace("crf_tagger.model", "segmenter.model")
+        .replace('scheme = "bioes"', 'scheme = "bmes"')
+    )
     # trained as configs/joint.cfg scores it: OOV recall against a project file
-    segmenter += '\n[components.segmenter.scorer]\n@scorers = "spacy_crf.words_scorer.v2"\niv_words = "corpus/train.spacy"\n'
+    segmenter += (
+        '\n[components.segmenter.scorer]\n@scorers = "spacy_crf.words_scorer.v2"\niv_words = "corpus/train.spacy"\n'
+    )
     joint = spacy.util.load_model_from_config(Config().from_str(cfg + segmenter), auto_fill=True, validate=True)
     examples = [Example(joint.make_doc("".join(w)), word_doc(joint.vocab, w)) for w in WORDS]
     for text, ents in NER_DATA:
@@ -95,9 +102,8 @@ def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, t
 
 def _assemble_cli(args):
     import typer
-    from typer.testing import CliRunner
-
     from assemble import assemble_cli
+    from typer.testing import CliRunner
 
     app = typer.Typer()
     app.command()(assemble_cli)
@@ -134,9 +140,8 @@ def test_assemble_cli_never_writes_over_a_model_or_a_foreign_directory(trained_d
 
 
 def test_an_interrupted_save_keeps_the_earlier_pipeline(trained_dirs, tmp_path, monkeypatch):
-    from spacy.language import Language
-
     from assemble import save_pipeline
+    from spacy.language import Language
 
     nlp = assemble(trained_dirs / "cws", trained_dirs / "ner")
     save_pipeline(nlp, tmp_path / "pipeline")
@@ -162,11 +167,16 @@ def test_words_policy_is_saved_with_the_pipeline(trained_dirs, tmp_path, words):
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
     assert loaded.meta["words_and_entities"] == words
-    order = ["transformer", "crf_ner", "segmenter", "merge_words"] if words == "respect_ents" else \
-        ["transformer", "segmenter", "crf_ner", "merge_words"]
+    order = (
+        ["transformer", "crf_ner", "segmenter", "merge_words"]
+        if words == "respect_ents"
+        else ["transformer", "segmenter", "crf_ner", "merge_words"]
+    )
     assert loaded.pipe_names == order
     assert loaded.get_pipe("segmenter").cfg.get("respect_ents", False) == (words == "respect_ents")
-    assert loaded.config["components"]["segmenter"]["respect_ents"] == (words == "respect_ents")  # config.cfg says so too
+    assert loaded.config["components"]["segmenter"]["respect_ents"] == (
+        words == "respect_ents"
+    )  # config.cfg says so too
     assert loaded.get_pipe("merge_words").entity_policy == ("keep_words" if words == "keep_words" else "split")
     texts = ["张三去上海", "我在北京工作", "北京大学在北京", ""]
     for text, doc in zip(texts, loaded.pipe(texts)):
@@ -186,8 +196,13 @@ def test_quantized_assembly(trained_dirs, tmp_path):
     assert nlp.meta["quantized"] == "qint8"
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    encoders = [shim._model for _, pipe in loaded.components if hasattr(pipe, "model")
-                for node in pipe.model.walk() for shim in node.shims]
+    encoders = [
+        shim._model
+        for _, pipe in loaded.components
+        if hasattr(pipe, "model")
+        for node in pipe.model.walk()
+        for shim in node.shims
+    ]
     assert encoders and all(is_quantized(m) for m in encoders)
     texts = ["张三去上海", "我在北京工作"]
     assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
@@ -213,18 +228,24 @@ def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
     plain_doc = plain("今天天气好")
     assert "今天天气" not in [s.text for s in plain_doc.spans["words"]]  # the prior did it
     # weight 0 ships no lexicon
-    assert assemble(trained_dirs / "cws", trained_dirs / "ner", lexicon=words_file,
-                    lexicon_weight=0.0).get_pipe("segmenter").lexicon is None
+    assert (
+        assemble(trained_dirs / "cws", trained_dirs / "ner", lexicon=words_file, lexicon_weight=0.0)
+        .get_pipe("segmenter")
+        .lexicon
+        is None
+    )
     # the CLI's weight: given, or the one lexicon_tune.py chose
     tuning = tmp_path / "lexicon.json"
     tuning.write_text('{"chosen": {"weight": 1.25, "words_f": 0.97}}', encoding="utf-8")
     assert lexicon_weight_from(words_file, None, tuning) == 1.25
     assert lexicon_weight_from(words_file, 2.0, None) == 2.0
     assert lexicon_weight_from(None, None, None) == 0.0
-    for args, message in [((words_file, None, None), "needs --lexicon-weight or --lexicon-tuning"),
-                          ((None, 1.0, None), "need --lexicon"),
-                          ((words_file, 1.0, tuning), "not both"),
-                          ((words_file, -1.0, None), "must be >= 0")]:
+    for args, message in [
+        ((words_file, None, None), "needs --lexicon-weight or --lexicon-tuning"),
+        ((None, 1.0, None), "need --lexicon"),
+        ((words_file, 1.0, tuning), "not both"),
+        ((words_file, -1.0, None), "must be >= 0"),
+    ]:
         with pytest.raises(ValueError, match=message):
             lexicon_weight_from(*args)
     tuning.write_text('{"weights": []}', encoding="utf-8")

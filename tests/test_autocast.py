@@ -3,6 +3,7 @@
 Training updates run the encoder's linear layers in bfloat16; ``predict``, the
 weights, the gradients and the saved pipeline stay float32.
 """
+
 import subprocess
 import sys
 
@@ -10,13 +11,13 @@ import numpy
 import pytest
 import spacy
 import torch
+from _configs import write_ner_training_files
+from conftest import hf_model, tiny_ner_pipeline
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
 from spacy_crf.training.autocast import CPUAutocastShim, as_float32, cpu_autocast
 from spacy_crf.training.freeze import torch_shims
-from _configs import write_ner_training_files
-from conftest import hf_model, tiny_ner_pipeline
 
 LAYER = "encoder.layer.0.attention.self.query"
 
@@ -113,11 +114,32 @@ def test_the_callback_composes_with_sparse_embeddings_in_spacy_train(tiny_bert_d
         "    return check\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
-         "--paths.train", str(corpus), "--paths.dev", str(corpus), "--code", str(code),
-         "--training.optimizer.lazy_rows", f'["{table}"]', "--initialize.after_init", sparse,
-         "--initialize.before_init", autocast, "--training.before_to_disk", '{"@callbacks": "check_shim.v1"}'],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(config),
+            "--output",
+            str(tmp_path / "out"),
+            "--paths.train",
+            str(corpus),
+            "--paths.dev",
+            str(corpus),
+            "--code",
+            str(code),
+            "--training.optimizer.lazy_rows",
+            f'["{table}"]',
+            "--initialize.after_init",
+            sparse,
+            "--initialize.before_init",
+            autocast,
+            "--training.before_to_disk",
+            '{"@callbacks": "check_shim.v1"}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     saved = Config().from_disk(tmp_path / "out" / "model-last" / "config.cfg", interpolate=False)

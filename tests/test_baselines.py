@@ -1,11 +1,10 @@
 """project/scripts/baselines.py: BMES tag data for spaCy's tagger, and words
 decoded from its tags (through spacy_crf.ml.schemes)."""
+
 import spacy
-from spacy.tokens import Doc, DocBin
-
-from baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
-
 from _configs import WORDS
+from baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
+from spacy.tokens import Doc, DocBin
 
 
 def word_doc(vocab, words):
@@ -21,7 +20,12 @@ def test_bmes_tags_and_back():
     assert word_offsets_from_tags(tags, pred) == [(0, 2), (2, 3), (3, 6), (6, 7)]
     # softmax outputs need not be well formed: decoding is greedy and total
     assert word_offsets_from_tags(["M", "E", "E", "B", "B", "X"], nlp.make_doc("abcdef")) == [
-        (0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+        (0, 2),
+        (2, 3),
+        (3, 4),
+        (4, 5),
+        (5, 6),
+    ]
     doc = words_from_tags(Doc(nlp.vocab, words=list("张三去"), spaces=[False] * 3, tags=["B", "E", "S"]))
     assert [s.text for s in doc.spans["words"]] == ["张三", "去"]
 

@@ -1,13 +1,13 @@
 """scripts/batch_fill.py: the padded positions of the encoder's batches, per batcher."""
+
 import math
 from pathlib import Path
 
 import pytest
 import spacy
-from spacy.tokens import DocBin
-
 from _configs import write_ner_training_files
 from conftest import CHARS, load_script
+from spacy.tokens import DocBin
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "batch_fill.py"
 

@@ -1,5 +1,6 @@
 """The command line: ``spacy crf COMMAND`` (spaCy plug-in) and its alias
 ``python -m spacy_crf COMMAND``; the ``speed`` command's measurements."""
+
 import subprocess
 import sys
 
@@ -63,8 +64,25 @@ def test_texts_timing_and_breakdown(tmp_path):
 def test_speed_writes_json(tmp_path):
     _, path, texts = _pipeline(tmp_path)
     out = tmp_path / "speed.json"
-    subprocess.run([sys.executable, "-m", "spacy_crf", "speed", str(path), str(tmp_path / "dev.spacy"),
-                    "--batch-sizes", "2", "--n-process", "1", "--repeats", "1", "--output", str(out)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy_crf",
+            "speed",
+            str(path),
+            str(tmp_path / "dev.spacy"),
+            "--batch-sizes",
+            "2",
+            "--n-process",
+            "1",
+            "--repeats",
+            "1",
+            "--output",
+            str(out),
+        ],
+        check=True,
+    )
     result = srsly.read_json(out)
     assert result["texts"] == len(texts) and result["chars"] == sum(map(len, texts))
     assert [(r["n_process"], r["batch_size"]) for r in result["runs"]] == [(1, 2)]
@@ -77,14 +95,17 @@ def _speed(args):
     return result, " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("args,option", [
-    (["--batch-sizes", "0"], "--batch-sizes"),
-    (["--batch-sizes", "32,-1"], "--batch-sizes"),
-    (["--batch-sizes", "a"], "--batch-sizes"),
-    (["--n-process", "0"], "--n-process"),
-    (["--repeats", "0"], "--repeats"),
-    (["--limit", "-1"], "--limit"),
-])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--batch-sizes", "0"], "--batch-sizes"),
+        (["--batch-sizes", "32,-1"], "--batch-sizes"),
+        (["--batch-sizes", "a"], "--batch-sizes"),
+        (["--n-process", "0"], "--n-process"),
+        (["--repeats", "0"], "--repeats"),
+        (["--limit", "-1"], "--limit"),
+    ],
+)
 def test_speed_rejects_invalid_numbers(tmp_path, args, option):
     _, path, _ = _pipeline(tmp_path)
     result, output = _speed([path, tmp_path / "dev.spacy", *args, "--output", tmp_path / "speed.json"])
@@ -118,7 +139,6 @@ def test_speed_clear_errors_for_bad_data_and_pipeline(tmp_path):
         assert dev.read_bytes() == before
 
 
-
 def test_speed_times_the_installed_peers_on_the_same_texts(tmp_path, monkeypatch):
     from spacy_crf.cli import peers as peers_module
 
@@ -128,12 +148,30 @@ def test_speed_times_the_installed_peers_on_the_same_texts(tmp_path, monkeypatch
         return lambda text: calls.append(text) or list(text)
 
     # jieba is installed with the lexicon extra; the fakes stand for peers that are not
-    monkeypatch.setattr(peers_module, "PEERS", {"fake": fake_segmenter, "absent": lambda: None,
-                                                "broken": lambda: 1 / 0, **peers_module.PEERS})
+    monkeypatch.setattr(
+        peers_module,
+        "PEERS",
+        {"fake": fake_segmenter, "absent": lambda: None, "broken": lambda: 1 / 0, **peers_module.PEERS},
+    )
     _, path, texts = _pipeline(tmp_path)
     out = tmp_path / "speed.json"
-    result = CliRunner().invoke(app, ["speed", str(path), str(tmp_path / "dev.spacy"), "--batch-sizes", "2",
-                                      "--n-process", "1", "--repeats", "1", "--peers", "--output", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "speed",
+            str(path),
+            str(tmp_path / "dev.spacy"),
+            "--batch-sizes",
+            "2",
+            "--n-process",
+            "1",
+            "--repeats",
+            "1",
+            "--peers",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     found = {peer["name"]: peer for peer in srsly.read_json(out)["peers"]}
     assert found["fake"]["chars_per_s"] > 0 and "absent" not in found

@@ -1,6 +1,7 @@
 """The private parts of spaCy, thinc, spacy-transformers and torch the package
 relies on (spacy_crf._compat): every listed one is still there, an upgrade
 that removes one fails with its name, and no module reaches past the list."""
+
 import ast
 from pathlib import Path
 
@@ -40,9 +41,12 @@ def _private_reaches(path: Path):
             if isinstance(base, ast.Name) and base.id in ("self", "cls"):
                 continue
             yield node.lineno, node.attr
-        if isinstance(node, ast.ImportFrom) and node.module and any(
-            part.startswith("_") for part in node.module.split(".")
-        ) and node.level == 0:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and any(part.startswith("_") for part in node.module.split("."))
+            and node.level == 0
+        ):
             yield node.lineno, node.module
 
 

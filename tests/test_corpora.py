@@ -2,6 +2,7 @@
 
 Every sample is written to tmp_path and mimics the real file it stands for.
 """
+
 import hashlib
 import random
 import re
@@ -24,8 +25,8 @@ from spacy_crf.corpora import (
     SplitError,
     carve_dev,
     convert_corpus,
-    dev_blocks,
     create_char_corpus_reader,
+    dev_blocks,
     read_char_bio,
     read_char_bmes,
     read_cluener,
@@ -146,17 +147,43 @@ def test_read_word_list(tmp_path):
 
 # --- BIO (MSRA) -------------------------------------------------------------------------------
 
-MSRA_SAMPLE = "".join(
-    f"{c}\t{t}\n"
-    for c, t in [
-        ("因", "O"), ("有", "O"), ("日", "B-LOC"), ("寇", "O"), ("在", "O"), ("京", "B-LOC"),
-        ("中", "B-ORG"), ("国", "I-ORG"), ("银", "I-ORG"), ("行", "I-ORG"), ("。", "O"),
-    ]
-) + "\n" + "".join(
-    f"{c}\t{t}\n"
-    for c, t in [("电", "O"), ("话", "O"), ("：", "O"), ("<", "O"), ("A", "O"), ("=", "O"), ('"', "O"),
-                 ("P", "O"), ("/", "O"), (">", "O"), ("张", "B-PER"), ("三", "I-PER")]
-) + "\n\n"
+MSRA_SAMPLE = (
+    "".join(
+        f"{c}\t{t}\n"
+        for c, t in [
+            ("因", "O"),
+            ("有", "O"),
+            ("日", "B-LOC"),
+            ("寇", "O"),
+            ("在", "O"),
+            ("京", "B-LOC"),
+            ("中", "B-ORG"),
+            ("国", "I-ORG"),
+            ("银", "I-ORG"),
+            ("行", "I-ORG"),
+            ("。", "O"),
+        ]
+    )
+    + "\n"
+    + "".join(
+        f"{c}\t{t}\n"
+        for c, t in [
+            ("电", "O"),
+            ("话", "O"),
+            ("：", "O"),
+            ("<", "O"),
+            ("A", "O"),
+            ("=", "O"),
+            ('"', "O"),
+            ("P", "O"),
+            ("/", "O"),
+            (">", "O"),
+            ("张", "B-PER"),
+            ("三", "I-PER"),
+        ]
+    )
+    + "\n\n"
+)
 
 
 def test_read_char_bio_msra(tmp_path, nlp):
@@ -201,8 +228,13 @@ def test_read_char_bio_whitespace_and_multichar_fields(tmp_path, nlp):
 
 @pytest.mark.parametrize(
     "line,needle",
-    [("中", "expected a character"), ("中\tX-LOC", "invalid BIO tag"), ("\tO", "empty character field"),
-     ("中\tB-", "invalid BIO tag"), ("中\tE-LOC", "invalid BIO tag")],
+    [
+        ("中", "expected a character"),
+        ("中\tX-LOC", "invalid BIO tag"),
+        ("\tO", "empty character field"),
+        ("中\tB-", "invalid BIO tag"),
+        ("中\tE-LOC", "invalid BIO tag"),
+    ],
 )
 def test_read_char_bio_malformed_lines(tmp_path, nlp, line, needle):
     path = write(tmp_path, "bad_bio", "我\tO\n\n们\tO\n" + line + "\n")
@@ -232,7 +264,12 @@ def test_read_char_bmes_resume(tmp_path, nlp):
     assert not warned
     assert [d.text for d in docs] == ["高勇：男，", "19汉族，张美国协会PMI"]
     assert ents(docs[0]) == [(0, 2, "NAME", "高勇")]
-    assert ents(docs[1]) == [(2, 4, "RACE", "汉族"), (5, 6, "NAME", "张"), (6, 10, "ORG", "美国协会"), (10, 13, "TITLE", "PMI")]
+    assert ents(docs[1]) == [
+        (2, 4, "RACE", "汉族"),
+        (5, 6, "NAME", "张"),
+        (6, 10, "ORG", "美国协会"),
+        (10, 13, "TITLE", "PMI"),
+    ]
     assert all(same_tokens(d, nlp.make_doc(d.text)) for d in docs)
 
 
@@ -330,7 +367,10 @@ def test_read_cluener(tmp_path, nlp):
     # nested mentions: the longest is the entity, all three stay in the span group
     assert ents(docs[2]) == [(0, 13, "book", "《招商银行：投资永隆银行》")]
     assert sorted((s.text, s.label_) for s in docs[2].spans[MENTIONS_KEY]) == [
-        ("《招商银行：投资永隆银行》", "book"), ("招商银行", "company"), ("永隆银行", "company")]
+        ("《招商银行：投资永隆银行》", "book"),
+        ("招商银行", "company"),
+        ("永隆银行", "company"),
+    ]
     assert stats["overlapping_mentions_not_in_ents"] == 2
     assert len(warned) == 2 and all(m.startswith(f"{path}:23: company mention") for m in warned)
     assert [d.user_data["spacy_crf.source"] for d in docs] == [f"{path}:1", f"{path}:22", f"{path}:23"]
@@ -338,7 +378,11 @@ def test_read_cluener(tmp_path, nlp):
 
 
 def test_read_cluener_test_file_without_labels(tmp_path, nlp):
-    path = write(tmp_path, "test.json", '{\n  "id": 0,\n  "text": "四川敦煌学"\n}\n{\n  "id": 1,\n  "text": "销售冠军：辐射3-Bethesda"\n}\n')
+    path = write(
+        tmp_path,
+        "test.json",
+        '{\n  "id": 0,\n  "text": "四川敦煌学"\n}\n{\n  "id": 1,\n  "text": "销售冠军：辐射3-Bethesda"\n}\n',
+    )
     docs, _, warned = read_all(read_cluener, path, nlp.vocab)
     assert [d.text for d in docs] == ["四川敦煌学", "销售冠军：辐射3-Bethesda"]
     assert not any(d.ents for d in docs) and not warned
@@ -347,13 +391,16 @@ def test_read_cluener_test_file_without_labels(tmp_path, nlp):
 @pytest.mark.parametrize(
     "obj,needle",
     [
-        ('{"text": "北京欢迎你", "label": {"address": {"北京": [[1, 2]]}}}', "mention '北京' at [1, 2] does not match the text there: '京欢'"),
+        (
+            '{"text": "北京欢迎你", "label": {"address": {"北京": [[1, 2]]}}}',
+            "mention '北京' at [1, 2] does not match the text there: '京欢'",
+        ),
         ('{"text": "北京", "label": {"address": {"北京": [[0, 5]]}}}', "outside the text"),
         ('{"text": "北京", "label": {"address": {"北京": [[0]]}}}', "is not [start, end]"),
         ('{"label": {}}', 'no string field "text"'),
         ('{"text": "北京", "labels": {}}', "unexpected fields"),
         ('{"text": "北京" "label": {}}', "invalid JSON"),
-        ('[1, 2]', "expected a JSON object"),
+        ("[1, 2]", "expected a JSON object"),
     ],
 )
 def test_read_cluener_errors_name_the_object_line(tmp_path, nlp, obj, needle):
@@ -449,7 +496,9 @@ def test_split_long_random_docs_keep_everything(nlp):
         try:
             pieces = split_long(doc, max_chars)
         except SplitError:
-            assert any(len(e.text_with_ws) > max_chars for e in doc.ents) or any(len(t.text_with_ws) > max_chars for t in doc)
+            assert any(len(e.text_with_ws) > max_chars for e in doc.ents) or any(
+                len(t.text_with_ws) > max_chars for t in doc
+            )
             continue
         check_pieces(doc, pieces, max_chars)
         for p in pieces:  # a piece re-tokenizes to its own tokens
@@ -469,8 +518,9 @@ def test_carve_dev_is_deterministic_and_keeps_order(nlp, carve):
     assert len(dev) == 10 and len(train) == 40
     assert sorted(int(d.text) for d in train + dev) == list(range(50))
     assert [int(d.text) for d in dev] == sorted(int(d.text) for d in dev)
-    assert len({tuple(d.text for d in carve_dev(docs, 0.2, seed=s, carve=carve, block_size=4)[1])
-                for s in range(5)}) > 1
+    assert (
+        len({tuple(d.text for d in carve_dev(docs, 0.2, seed=s, carve=carve, block_size=4)[1]) for s in range(5)}) > 1
+    )
     assert len(carve_dev(docs[:3], 0.1, seed=0, carve=carve)[1]) == 1
     assert carve_dev(docs, 0.0, seed=0, carve=carve) == (docs, [])
     with pytest.raises(ValueError, match="dev ratio"):
@@ -494,7 +544,9 @@ def test_block_carve_takes_runs_of_consecutive_docs_one_per_stretch():
         assert dev == [i for s, e in blocks for i in range(s, e)]
     assert dev_blocks(10, 3, 50, 0) in ([(i, i + 3)] for i in range(8))  # fewer dev docs than a block
     whole = dev_blocks(10, 10, 3, 0)  # no training docs left: the blocks tile the file
-    assert sorted(e - s for s, e in whole) == [1, 3, 3, 3] and [i for s, e in whole for i in range(s, e)] == list(range(10))
+    assert sorted(e - s for s, e in whole) == [1, 3, 3, 3] and [i for s, e in whole for i in range(s, e)] == list(
+        range(10)
+    )
     assert dev_blocks(10, 0, 3, 0) == []
 
 
@@ -513,8 +565,14 @@ def test_block_carve_keeps_articles_out_of_training():
     assert oov("blocks") >= 0.25
 
 
-@pytest.mark.parametrize("kwargs,needle", [({"carve": "random"}, "unknown dev carve"), ({"block_size": 0}, "block_size"),
-                                           ({"block_size": 2.5}, "block_size")])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"carve": "random"}, "unknown dev carve"),
+        ({"block_size": 0}, "block_size"),
+        ({"block_size": 2.5}, "block_size"),
+    ],
+)
 def test_carve_dev_rejects_an_unknown_carve_or_block_size(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
         carve_dev(list(range(10)), 0.2, seed=0, **kwargs)
@@ -530,8 +588,15 @@ def load(path, nlp):
 def test_convert_sighan_round_trip_with_dev(tmp_path, nlp, capsys):
     lines = [f"第{i}  句  ，  很  长  的  句子  。  又  一  句  。" for i in range(20)]
     path = write(tmp_path, "train.txt", "\n".join(lines[:10]) + "\n\n" + "\n".join(lines[10:]) + "\n")
-    stats = convert_corpus("sighan", path, tmp_path / "out" / "train.spacy", max_chars=10,
-                           dev_output=tmp_path / "out" / "dev.spacy", dev_ratio=0.25, seed=1)
+    stats = convert_corpus(
+        "sighan",
+        path,
+        tmp_path / "out" / "train.spacy",
+        max_chars=10,
+        dev_output=tmp_path / "out" / "dev.spacy",
+        dev_ratio=0.25,
+        seed=1,
+    )
     assert stats["read"] == {"docs": 20, "chars": sum(len(l.replace("  ", "")) for l in lines), "words": 240}
     assert stats["reader"]["blank_lines"] == 1
     train = load(tmp_path / "out" / "train.spacy", nlp)
@@ -548,7 +613,9 @@ def test_convert_sighan_round_trip_with_dev(tmp_path, nlp, capsys):
     out = capsys.readouterr().out
     assert "20 docs" in out and "240 words" in out
     # the same seed gives the same split
-    convert_corpus("sighan", path, tmp_path / "b.spacy", max_chars=10, dev_output=tmp_path / "bdev.spacy", dev_ratio=0.25, seed=1)
+    convert_corpus(
+        "sighan", path, tmp_path / "b.spacy", max_chars=10, dev_output=tmp_path / "bdev.spacy", dev_ratio=0.25, seed=1
+    )
     assert [d.text for d in load(tmp_path / "bdev.spacy", nlp)] == [d.text for d in dev]
 
 
@@ -564,13 +631,19 @@ def test_convert_carves_blocks_by_default_and_reports_the_dev_rates(tmp_path, nl
     assert texts == [l.replace("  ", "") for l in carve_dev(lines, 0.25, 0, block_size=10)[1]]
     vocab = {t.text for d in load(out, nlp) for t in d}
     words = [t.text for d in load(dev, nlp) for t in d]
-    assert stats["dev_rates"] == {"words": 30, "oov": sum(w not in vocab for w in words),
-                                  "oov_rate": sum(w not in vocab for w in words) / 30}
+    assert stats["dev_rates"] == {
+        "words": 30,
+        "oov": sum(w not in vocab for w in words),
+        "oov_rate": sum(w not in vocab for w in words) / 30,
+    }
     assert stats["dev_rates"]["oov"] >= 5  # a block of 10 lines holds one whole article or more
-    lines_stats = convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, dev_ratio=0.25, seed=0,
-                                 carve="lines")
+    lines_stats = convert_corpus(
+        "sighan", path, out, max_chars=0, dev_output=dev, dev_ratio=0.25, seed=0, carve="lines"
+    )
     assert lines_stats["carve"] == {"carve": "lines", "dev_ratio": 0.25, "seed": 0}
-    assert [d.text for d in load(dev, nlp)] == [l.replace("  ", "") for l in carve_dev(lines, 0.25, 0, carve="lines")[1]]
+    assert [d.text for d in load(dev, nlp)] == [
+        l.replace("  ", "") for l in carve_dev(lines, 0.25, 0, carve="lines")[1]
+    ]
     assert lines_stats["dev_rates"]["oov"] == 0
     bio = write(tmp_path, "msra_train_bio", MSRA_SAMPLE)
     ner = convert_corpus("bio", bio, tmp_path / "m.spacy", max_chars=0, dev_output=tmp_path / "md.spacy", dev_ratio=0.5)
@@ -582,17 +655,31 @@ def test_convert_carves_blocks_by_default_and_reports_the_dev_rates(tmp_path, nl
 def test_cli_carve_options(tmp_path, nlp):
     src = write(tmp_path, "train.txt", "".join(f"第{i}  句  。\n" for i in range(20)))
     runner = CliRunner()
-    base = ["sighan", str(src), str(tmp_path / "t.spacy"), "--max-chars", "0", "--dev-output", str(tmp_path / "d.spacy"),
-            "--dev-ratio", "0.25"]
+    base = [
+        "sighan",
+        str(src),
+        str(tmp_path / "t.spacy"),
+        "--max-chars",
+        "0",
+        "--dev-output",
+        str(tmp_path / "d.spacy"),
+        "--dev-ratio",
+        "0.25",
+    ]
     result = runner.invoke(_cli(), base + ["--carve", "lines"])
     assert result.exit_code == 0, result.output
     assert "OOV rate" in result.output and "lines" in result.output
-    want = [l.replace("  ", "") for l in carve_dev(src.read_text(encoding="utf8").splitlines(), 0.25, 0, carve="lines")[1]]
+    want = [
+        l.replace("  ", "") for l in carve_dev(src.read_text(encoding="utf8").splitlines(), 0.25, 0, carve="lines")[1]
+    ]
     assert [d.text for d in load(tmp_path / "d.spacy", nlp)] == want
     result = runner.invoke(_cli(), base + ["--block-size", "5"])
     assert result.exit_code == 0 and "blocks of 5" in result.output, result.output
-    for args, needle in [(["--carve", "lines", "--block-size", "5"], "only applies with --carve blocks"),
-                         (["--carve", "random"], "must be one of blocks, lines"), (["--block-size", "0"], "must be")]:
+    for args, needle in [
+        (["--carve", "lines", "--block-size", "5"], "only applies with --carve blocks"),
+        (["--carve", "random"], "must be one of blocks, lines"),
+        (["--block-size", "0"], "must be"),
+    ]:
         result = runner.invoke(_cli(), base + args)
         assert result.exit_code == 2 and needle in " ".join(result.output.split()), (args, result.output)
     result = runner.invoke(_cli(), base[:5] + ["--carve", "lines"])  # no --dev-output: nothing to carve
@@ -632,8 +719,22 @@ def test_cli_reports_file_and_line(tmp_path):
     assert f"{bad}:2: invalid BIO tag 'X-LOC'" in " ".join(result.output.split())
     assert "Traceback" not in result.output
     good = write(tmp_path, "train.txt", "上海  推\n今天  好\n")
-    result = runner.invoke(app, ["sighan", str(good), str(tmp_path / "ok.spacy"), "--max-chars", "100",
-                                 "--dev-output", str(tmp_path / "dev.spacy"), "--dev-ratio", "0.5", "--seed", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "sighan",
+            str(good),
+            str(tmp_path / "ok.spacy"),
+            "--max-chars",
+            "100",
+            "--dev-output",
+            str(tmp_path / "dev.spacy"),
+            "--dev-ratio",
+            "0.5",
+            "--seed",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ok.spacy").exists() and (tmp_path / "dev.spacy").exists()
     result = runner.invoke(app, ["conll", str(good), str(tmp_path / "x.spacy"), "--max-chars", "100"])
@@ -673,16 +774,19 @@ def test_cli_refuses_an_output_that_is_the_input_or_the_other_output(tmp_path, m
         assert src.read_text(encoding="utf8") == text and _files(tmp_path) == before
 
 
-@pytest.mark.parametrize("args,option", [
-    (["--max-chars", "-1"], "--max-chars"),
-    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "1"], "--dev-ratio"),
-    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "-0.1"], "--dev-ratio"),
-    (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "nan"], "--dev-ratio"),
-    (["--max-chars", "100", "--limit", "-1"], "--limit"),
-    (["--max-chars", "100", "--limit", "0"], "--limit"),
-    (["--max-chars", "100", "--dev-ratio", "0.2"], "--dev-ratio"),  # no --dev-output: nothing to carve
-    (["--max-chars", "100", "--seed", "3"], "--seed"),
-])
+@pytest.mark.parametrize(
+    "args,option",
+    [
+        (["--max-chars", "-1"], "--max-chars"),
+        (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "1"], "--dev-ratio"),
+        (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "-0.1"], "--dev-ratio"),
+        (["--max-chars", "100", "--dev-output", "DEV", "--dev-ratio", "nan"], "--dev-ratio"),
+        (["--max-chars", "100", "--limit", "-1"], "--limit"),
+        (["--max-chars", "100", "--limit", "0"], "--limit"),
+        (["--max-chars", "100", "--dev-ratio", "0.2"], "--dev-ratio"),  # no --dev-output: nothing to carve
+        (["--max-chars", "100", "--seed", "3"], "--seed"),
+    ],
+)
 def test_cli_rejects_invalid_numbers(tmp_path, args, option):
     src = write(tmp_path, "train.txt", "上海  推\n今天  好\n")
     args = [str(tmp_path / "dev.spacy") if a == "DEV" else a for a in args]
@@ -694,8 +798,12 @@ def test_cli_rejects_invalid_numbers(tmp_path, args, option):
 
 def test_convert_api_rejects_invalid_numbers_before_reading(tmp_path):
     missing = tmp_path / "missing.txt"  # never read: the options are checked first
-    for kwargs, needle in [({"max_chars": -5}, "max_chars"), ({"dev_ratio": 1.5}, "dev_ratio"),
-                           ({"limit": -1}, "limit"), ({"max_chars": 2.5}, "max_chars")]:
+    for kwargs, needle in [
+        ({"max_chars": -5}, "max_chars"),
+        ({"dev_ratio": 1.5}, "dev_ratio"),
+        ({"limit": -1}, "limit"),
+        ({"max_chars": 2.5}, "max_chars"),
+    ]:
         with pytest.raises(ValueError, match=needle):
             convert_corpus("sighan", missing, tmp_path / "o.spacy", **kwargs)
 
@@ -715,8 +823,9 @@ def test_dev_carving_that_leaves_a_part_empty_is_an_error(tmp_path):
     two = write(tmp_path, "two.txt", "上海  推\n今天  好\n")
     for src, ratio in ((one, 0.5), (two, 0.0)):
         with pytest.raises(ValueError, match="both need at least one"):
-            convert_corpus("sighan", src, tmp_path / "t.spacy", max_chars=0, dev_output=tmp_path / "d.spacy",
-                           dev_ratio=ratio)
+            convert_corpus(
+                "sighan", src, tmp_path / "t.spacy", max_chars=0, dev_output=tmp_path / "d.spacy", dev_ratio=ratio
+            )
         assert not (tmp_path / "t.spacy").exists() and not (tmp_path / "d.spacy").exists()
 
 
@@ -771,7 +880,12 @@ def test_char_corpus_reader(tmp_path, nlp):
     assert [e.reference.text for e in split] == ["今天天气好。", "我们去公园，", "然后回家。"]
     # spacy.Corpus.v1 would silently drop this doc (it is longer than max_length
     # tokens and has no sentence boundaries); that is why this wrapper exists
-    assert list(spacy.registry.readers.get("spacy.Corpus.v1")(tmp_path / "cws.spacy", gold_preproc=False, max_length=8)(nlp)) == []
+    assert (
+        list(
+            spacy.registry.readers.get("spacy.Corpus.v1")(tmp_path / "cws.spacy", gold_preproc=False, max_length=8)(nlp)
+        )
+        == []
+    )
     with pytest.raises(ValueError, match="gold_preproc"):
         create_char_corpus_reader(tmp_path / "cws.spacy", gold_preproc=True)
     unknown = DocBin(docs=[Doc(nlp.vocab, words=["今天", "好"])])
@@ -826,11 +940,18 @@ def test_project_convert_corpora_checks_its_options_first(tmp_path, monkeypatch,
     import convert_corpora
 
     (tmp_path / "assets").mkdir()
-    for argv, needle in ((["--limit", "-1"], "--limit"), (["--max-chars", "-1"], "--max-chars"),
-                         (["--dev-ratio", "1"], "--dev-ratio"), (["--dev-ratio", "nan"], "--dev-ratio"),
-                         (["--assets", str(tmp_path / "none")], "no such directory")):
-        monkeypatch.setattr(sys, "argv", ["convert_corpora.py", "--assets", str(tmp_path / "assets"),
-                                          "--out", str(tmp_path / "corpus"), *argv])
+    for argv, needle in (
+        (["--limit", "-1"], "--limit"),
+        (["--max-chars", "-1"], "--max-chars"),
+        (["--dev-ratio", "1"], "--dev-ratio"),
+        (["--dev-ratio", "nan"], "--dev-ratio"),
+        (["--assets", str(tmp_path / "none")], "no such directory"),
+    ):
+        monkeypatch.setattr(
+            sys,
+            "argv",
+            ["convert_corpora.py", "--assets", str(tmp_path / "assets"), "--out", str(tmp_path / "corpus"), *argv],
+        )
         with pytest.raises(SystemExit) as exc:
             convert_corpora.main()
         assert exc.value.code == 2 and needle in capsys.readouterr().err
@@ -838,8 +959,19 @@ def test_project_convert_corpora_checks_its_options_first(tmp_path, monkeypatch,
     # a corpus file that is empty is an error naming it, and no manifest is written
     (tmp_path / "assets" / "cws" / "sxu").mkdir(parents=True)
     (tmp_path / "assets" / "cws" / "sxu" / "train.txt").write_text("", encoding="utf8")
-    monkeypatch.setattr(sys, "argv", ["convert_corpora.py", "--assets", str(tmp_path / "assets"),
-                                      "--out", str(tmp_path / "corpus"), "--only", "sxu"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "convert_corpora.py",
+            "--assets",
+            str(tmp_path / "assets"),
+            "--out",
+            str(tmp_path / "corpus"),
+            "--only",
+            "sxu",
+        ],
+    )
     with pytest.raises(SystemExit) as exc:
         convert_corpora.main()
     assert "train.txt: no documents" in str(exc.value.code)

@@ -3,6 +3,7 @@
 Most checks compare against brute force: enumerate all K^T tag paths in
 float64 and compute partition functions, best paths and marginals directly.
 """
+
 import itertools
 from typing import List, Sequence, Tuple
 
@@ -22,7 +23,6 @@ from spacy_crf.ml.crf import (
     viterbi,
 )
 
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -40,8 +40,7 @@ BMES_TAGS = ["B", "M", "E", "S"]
 
 
 def bmes() -> Constraints:
-    pairs = [("B", "M"), ("B", "E"), ("M", "M"), ("M", "E"),
-             ("E", "B"), ("E", "S"), ("S", "B"), ("S", "S")]
+    pairs = [("B", "M"), ("B", "E"), ("M", "M"), ("M", "E"), ("E", "B"), ("E", "S"), ("S", "B"), ("S", "S")]
     return allowed_from_pairs(BMES_TAGS, pairs, starts={"B", "S"}, ends={"E", "S"})
 
 
@@ -374,9 +373,16 @@ def test_nll_gradients_match_finite_differences(case):
     constraints = bmes() if case == "constrained_training" else None
 
     def loss():
-        return nll(params["emissions"], tags, mask, params["transitions"], params["start"],
-                   params["end"], constraints=constraints,
-                   constrain_training=constraints is not None).sum()
+        return nll(
+            params["emissions"],
+            tags,
+            mask,
+            params["transitions"],
+            params["start"],
+            params["end"],
+            constraints=constraints,
+            constrain_training=constraints is not None,
+        ).sum()
 
     for p in params.values():
         p.requires_grad_()
@@ -412,8 +418,11 @@ def test_log_partition_gradient_is_marginals():
 def test_padding_does_not_change_results(backtrace):
     g = torch.Generator().manual_seed(2)
     num_tags = 5
-    transitions, start, end = (torch.randn(num_tags, num_tags, generator=g),
-                               torch.randn(num_tags, generator=g), torch.randn(num_tags, generator=g))
+    transitions, start, end = (
+        torch.randn(num_tags, num_tags, generator=g),
+        torch.randn(num_tags, generator=g),
+        torch.randn(num_tags, generator=g),
+    )
     rows = [torch.randn(n, num_tags, generator=g) for n in (9, 4, 12, 1, 0)]
     gold = [torch.randint(num_tags, (len(r),), generator=g) for r in rows]
     # NaN padding, which must be ignored, and columns that are padding in every row.
@@ -570,23 +579,28 @@ def test_large_emissions_long_sequences_stay_finite(length, backtrace):
     loss = model(emissions, tags, mask, reduction="none")
     loss.sum().backward()
     assert torch.isfinite(loss).all() and (loss >= -1e-2).all()
-    for grad in (emissions.grad, model.transitions.grad, model.start_transitions.grad,
-                 model.end_transitions.grad):
+    for grad in (emissions.grad, model.transitions.grad, model.start_transitions.grad, model.end_transitions.grad):
         assert torch.isfinite(grad).all()
     with torch.no_grad():
         probs = model.marginals(emissions, mask)
         assert torch.isfinite(probs).all()
         assert torch.allclose(probs.sum(-1), mask.float(), atol=1e-4)
         best_tags, best = model.decode(emissions, mask)
-        rescored = path_score(emissions, best_tags, mask,
-                              *constrain(model.transitions, model.start_transitions,
-                                         model.end_transitions, model.constraints))
+        rescored = path_score(
+            emissions,
+            best_tags,
+            mask,
+            *constrain(model.transitions, model.start_transitions, model.end_transitions, model.constraints),
+        )
         assert torch.allclose(best, rescored, rtol=1e-5, atol=1e-3)
         for i, n in enumerate(mask.sum(1).tolist()):
             assert is_valid(best_tags[i, :n].tolist(), model.constraints)
         # log Z (over allowed paths) >= best path score.
-        log_z = log_partition(emissions, mask, *constrain(
-            model.transitions, model.start_transitions, model.end_transitions, model.constraints))
+        log_z = log_partition(
+            emissions,
+            mask,
+            *constrain(model.transitions, model.start_transitions, model.end_transitions, model.constraints),
+        )
         assert (log_z >= best - 1e-5 * best.abs() - 1e-3).all()
     # With gradients on, the score is the (differentiable) rescored path.
     _, best_with_grad = model.decode(emissions, mask)
@@ -628,7 +642,7 @@ def test_agrees_with_pytorch_crf(backtrace):
         b = -theirs(emissions, tags, mask, reduction=reduction)
         assert torch.allclose(a, b, rtol=1e-4, atol=0), reduction
     decoded, _ = ours.decode(emissions, mask)
-    assert [row[: n].tolist() for row, n in zip(decoded, lengths.tolist())] == theirs.decode(emissions, mask)
+    assert [row[:n].tolist() for row, n in zip(decoded, lengths.tolist())] == theirs.decode(emissions, mask)
 
 
 def test_module_parameters_buffers_and_reductions():

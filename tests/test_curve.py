@@ -1,15 +1,16 @@
 """project/scripts/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
 rows of every evaluation, and the curve's table and plot."""
+
 import io
 
+import curve
 import pytest
 import spacy
 import srsly
 import typer
 from typer.testing import CliRunner
 
-import curve
-from spacy_crf.training.loggers import times_path, timed_console_logger
+from spacy_crf.training.loggers import timed_console_logger, times_path
 
 
 def test_per_depth_settings_need_a_value_for_every_depth():
@@ -28,10 +29,21 @@ def test_the_timed_logger_writes_wall_and_cpu_seconds_beside_the_console_log(tmp
     nlp = spacy.blank("zh")
     log_file = tmp_path / "train_log.jsonl"
     log_step, finalize = timed_console_logger(console_output=False, output_file=str(log_file))(
-        nlp, io.StringIO(), io.StringIO())
+        nlp, io.StringIO(), io.StringIO()
+    )
     for step, seconds in ((0, 0), (200, 61)):
-        log_step({"epoch": 0, "step": step, "score": 0.5, "other_scores": {"ents_f": 0.5}, "losses": {},
-                  "checkpoints": [], "seconds": seconds, "words": 0})
+        log_step(
+            {
+                "epoch": 0,
+                "step": step,
+                "score": 0.5,
+                "other_scores": {"ents_f": 0.5},
+                "losses": {},
+                "checkpoints": [],
+                "seconds": seconds,
+                "words": 0,
+            }
+        )
     log_step(None)  # spaCy's "no evaluation this step": nothing written
     finalize()
     rows = list(srsly.read_jsonl(times_path(log_file)))
@@ -45,12 +57,17 @@ def test_the_timed_logger_writes_wall_and_cpu_seconds_beside_the_console_log(tmp
 def _fake_run(root, depth, lr, points, tag="", ents_share=0.5):
     run = root / "training" / "curve" / (f"{depth}L-{tag}" if tag else f"{depth}L")
     run.mkdir(parents=True)
-    srsly.write_json(run / "curve_settings.json", {"depth": depth, "learn_rate": lr, "dev_limit": 1000,
-                                                   "ents_share": ents_share, "tag": tag})
-    srsly.write_jsonl(run / "train_log.jsonl", [{"step": s, "scores": {"words_f": w, "ents_f": e}}
-                                               for s, _, w, e in points])
-    srsly.write_jsonl(run / "train_log.times.jsonl", [{"step": s, "seconds": c / 2, "cpu_seconds": c, "threads": 2}
-                                                     for s, c, _, _ in points])
+    srsly.write_json(
+        run / "curve_settings.json",
+        {"depth": depth, "learn_rate": lr, "dev_limit": 1000, "ents_share": ents_share, "tag": tag},
+    )
+    srsly.write_jsonl(
+        run / "train_log.jsonl", [{"step": s, "scores": {"words_f": w, "ents_f": e}} for s, _, w, e in points]
+    )
+    srsly.write_jsonl(
+        run / "train_log.times.jsonl",
+        [{"step": s, "seconds": c / 2, "cpu_seconds": c, "threads": 2} for s, c, _, _ in points],
+    )
 
 
 def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
@@ -67,8 +84,10 @@ def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
     assert "| 3L | 3 | 0.0003 | 0.5 | 0 |" not in text  # the untrained step-0 row is left out
     # the variant sorts beside its depth; too few points for a fit is said, not guessed
     assert text.index("| 3L |") < text.index("| 3L-ents70 |") < text.index("| 12L |")
-    assert ("| 12L | 94.00 (step 200, 40 CPU min) | – | 80.00 (step 200, 40 CPU min) | 200 | – | – (too few points) | "
-            "– (not logged while training) | – (too few points) |" in text)
+    assert (
+        "| 12L | 94.00 (step 200, 40 CPU min) | – | 80.00 (step 200, 40 CPU min) | 200 | – | – (too few points) | "
+        "– (not logged while training) | – (too few points) |" in text
+    )
     assert (tmp_path / "metrics" / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert "| 12L | 12 | 0.0001 | 0.5 | 200 |" in readme.read_text(encoding="utf8")
 
@@ -76,12 +95,13 @@ def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
 def test_fit_budget_extrapolates_a_power_law_and_says_when_a_run_is_flat():
     # error = 10 * minutes ** -0.5: 5.0 at 4, 2.5 at 16, 1.25 at 64 CPU-minutes
     points = [{"step": 0, "cpu_seconds": 1, "words_f": 0.0}] + [
-        {"step": 100 * i, "cpu_seconds": m * 60, "words_f": 100 - 10 * m ** -0.5}
-        for i, m in enumerate((1, 4, 9, 16, 25, 36, 49, 64), start=1)]
+        {"step": 100 * i, "cpu_seconds": m * 60, "words_f": 100 - 10 * m**-0.5}
+        for i, m in enumerate((1, 4, 9, 16, 25, 36, 49, 64), start=1)
+    ]
     fit = curve.fit_budget(points, "words_f", 99.0)
     assert fit["slope"] == pytest.approx(-0.5)
     assert fit["cpu_minutes_to_target"] == pytest.approx(100.0)  # 10 * m ** -0.5 = 1
-    assert fit["gain_per_doubling"] == pytest.approx(1.25 * (1 - 2 ** -0.5))
+    assert fit["gain_per_doubling"] == pytest.approx(1.25 * (1 - 2**-0.5))
     assert curve.fit_budget(points, "words_f", 90.0)["cpu_minutes_to_target"] == 64  # already there
     flat = [dict(p, words_f=95.0) if p["step"] else p for p in points]
     assert curve.fit_budget(flat, "words_f", 99.0)["cpu_minutes_to_target"] is None
@@ -92,9 +112,19 @@ def test_report_reads_the_scores_of_a_run_stopped_before_spacy_wrote_its_log(tmp
     run = tmp_path / "training" / "curve" / "6L"
     run.mkdir(parents=True)
     srsly.write_json(run / "curve_settings.json", {"depth": 6, "learn_rate": 2e-4, "dev_limit": 1000})
-    srsly.write_jsonl(run / "train_log.times.jsonl", [
-        {"step": 0, "seconds": 5, "cpu_seconds": 3.0, "threads": 1, "scores": {"words_f": 1.0, "ents_f": 0.0}},
-        {"step": 200, "seconds": 500, "cpu_seconds": 300.0, "threads": 1, "scores": {"words_f": 91.0, "ents_f": 55.5}}])
+    srsly.write_jsonl(
+        run / "train_log.times.jsonl",
+        [
+            {"step": 0, "seconds": 5, "cpu_seconds": 3.0, "threads": 1, "scores": {"words_f": 1.0, "ents_f": 0.0}},
+            {
+                "step": 200,
+                "seconds": 500,
+                "cpu_seconds": 300.0,
+                "threads": 1,
+                "scores": {"words_f": 91.0, "ents_f": 55.5},
+            },
+        ],
+    )
     points = curve.read_points(run)
     assert [(p["step"], p["words_f"], p["ents_f"]) for p in points] == [(0, 1.0, 0.0), (200, 91.0, 55.5)]
 
@@ -106,8 +136,7 @@ def test_report_without_runs_says_what_to_run(tmp_path):
 
 def test_plan_runs_adds_the_task_balance_variants_at_their_depths():
     plans = curve.plan_runs([3, 6, 12], [0.5, 0.7], [3], "")
-    assert [(p["name"], p["ents_share"]) for p in plans] == [
-        ("3L", 0.5), ("6L", 0.5), ("12L", 0.5), ("3L-ents70", 0.7)]
+    assert [(p["name"], p["ents_share"]) for p in plans] == [("3L", 0.5), ("6L", 0.5), ("12L", 0.5), ("3L-ents70", 0.7)]
     assert [p["name"] for p in curve.plan_runs([3], [0.5], [], "mult1000")] == ["3L-mult1000"]
 
 
@@ -116,10 +145,22 @@ def test_run_all_runs_side_by_side_and_records_only_finished_runs(tmp_path):
 
     ok, bad = tmp_path / "ok", tmp_path / "bad"
     threads = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
-    pending = [("ok", [sys.executable, "-c", threads], ok / "curve_settings.json", {"steps": 1, "learn_rate": 1e-4,
-                                                                                     "ents_share": 0.5}, ok),
-               ("bad", [sys.executable, "-c", "raise SystemExit(3)"], bad / "curve_settings.json",
-                {"steps": 1, "learn_rate": 1e-4, "ents_share": 0.5}, bad)]
+    pending = [
+        (
+            "ok",
+            [sys.executable, "-c", threads],
+            ok / "curve_settings.json",
+            {"steps": 1, "learn_rate": 1e-4, "ents_share": 0.5},
+            ok,
+        ),
+        (
+            "bad",
+            [sys.executable, "-c", "raise SystemExit(3)"],
+            bad / "curve_settings.json",
+            {"steps": 1, "learn_rate": 1e-4, "ents_share": 0.5},
+            bad,
+        ),
+    ]
     with pytest.raises(SystemExit):
         curve.run_all(pending, jobs=2)
     assert srsly.read_json(ok / "curve_settings.json")["steps"] == 1
@@ -145,7 +186,7 @@ def test_minutes_to_target_carries_the_fitted_exponent_from_the_full_dev_score()
 
 
 def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_config(tmp_path):
-    points = [(0, 1, 0.0, 0.0)] + [(200 * i, 600 * i, 100 - 8 / i ** 0.5, 100 - 40 / i ** 0.5) for i in range(1, 9)]
+    points = [(0, 1, 0.0, 0.0)] + [(200 * i, 600 * i, 100 - 8 / i**0.5, 100 - 40 / i**0.5) for i in range(1, 9)]
     _fake_run(tmp_path, 3, 3e-4, points)
     run3 = tmp_path / "training" / "curve" / "3L"
     srsly.write_json(run3 / "full_dev_cws.json", {"scores": {"words_f": 0.96, "words_oov_recall": 0.8}})
@@ -156,10 +197,16 @@ def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_conf
     (stopped / "model-best" / "config.cfg").write_text(
         "[corpora]\n[corpora.dev]\nlimit = 1000\n[corpora.train]\nents_share = 0.5\n"
         "[training]\nmax_steps = 400\n[training.optimizer]\ncrf_lr_multiplier = 100\n"
-        "[training.optimizer.learn_rate]\ninitial_rate = 0.0001\n", encoding="utf8")
-    srsly.write_jsonl(stopped / "train_log.times.jsonl", [
-        {"step": s, "seconds": c, "cpu_seconds": c, "threads": 1, "scores": {"words_f": w, "ents_f": e}}
-        for s, c, w, e in ((0, 90, 5.0, 0.0), (100, 700, 85.0, 40.0), (200, 1300, 90.0, 60.0))])
+        "[training.optimizer.learn_rate]\ninitial_rate = 0.0001\n",
+        encoding="utf8",
+    )
+    srsly.write_jsonl(
+        stopped / "train_log.times.jsonl",
+        [
+            {"step": s, "seconds": c, "cpu_seconds": c, "threads": 1, "scores": {"words_f": w, "ents_f": e}}
+            for s, c, w, e in ((0, 90, 5.0, 0.0), (100, 700, 85.0, 40.0), (200, 1300, 90.0, 60.0))
+        ],
+    )
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
@@ -177,12 +224,25 @@ def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
     cell and a target cell that says a falling recall never gets there."""
     _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0)])
     run = tmp_path / "training" / "curve" / "3L"
-    oov = [(200, 600, 90.0, 77.0, 60.0), (400, 1200, 93.0, 78.5, 70.0), (600, 1800, 94.0, 78.0, 75.0),
-           (800, 2400, 95.0, 77.5, 78.0)]
-    srsly.write_jsonl(run / "train_log.times.jsonl", [
-        {"step": s, "seconds": c, "cpu_seconds": c, "threads": 2,
-         "scores": {"words_f": w, "words_oov_recall": o, "words_iv_recall": 99.0, "ents_f": e}}
-        for s, c, w, o, e in oov])
+    oov = [
+        (200, 600, 90.0, 77.0, 60.0),
+        (400, 1200, 93.0, 78.5, 70.0),
+        (600, 1800, 94.0, 78.0, 75.0),
+        (800, 2400, 95.0, 77.5, 78.0),
+    ]
+    srsly.write_jsonl(
+        run / "train_log.times.jsonl",
+        [
+            {
+                "step": s,
+                "seconds": c,
+                "cpu_seconds": c,
+                "threads": 2,
+                "scores": {"words_f": w, "words_oov_recall": o, "words_iv_recall": 99.0, "ents_f": e},
+            }
+            for s, c, w, o, e in oov
+        ],
+    )
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")

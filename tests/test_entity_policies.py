@@ -1,15 +1,15 @@
 """project/scripts/entity_policies.py: the three ways of reconciling words and
 entities, checked against the merge step's own split and keep_words."""
+
 from pathlib import Path
 
 import pytest
 import spacy
+from conftest import load_script
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 from spacy_crf.pipeline.merge_words import merge_words
-
-from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "entity_policies.py"
 TEXT = "美方代表在北京开会"
@@ -53,7 +53,7 @@ def test_expand_drops_an_entity_that_would_overlap_the_one_before(script):
 def _fixed(doc):
     fixed = predicted(doc.vocab) if doc.text == TEXT else doc
     if fixed is not doc:
-        doc.spans["words"] = [doc[s.start:s.end] for s in fixed.spans["words"]]
+        doc.spans["words"] = [doc[s.start : s.end] for s in fixed.spans["words"]]
         doc.ents = [Span(doc, e.start, e.end, label=e.label_) for e in fixed.ents]
     return doc
 
@@ -81,11 +81,18 @@ def test_cli_leaves_out_the_merge_and_writes_the_table(script, tmp_path, monkeyp
     nlp.add_pipe("crf_merge_words", name="merge_words")
     nlp.to_disk(tmp_path / "model")
     DocBin(docs=[Doc(nlp.vocab, words=["美方", "代表", "在", "北京", "开会"], spaces=[False] * 5)]).to_disk(
-        tmp_path / "words.spacy")
+        tmp_path / "words.spacy"
+    )
     ents = Example.from_dict(nlp.make_doc(TEXT), {"entities": [(0, 1, "LOC"), (5, 7, "LOC")]}).reference
     DocBin(docs=[ents]).to_disk(tmp_path / "ents.spacy")
-    argv = ["entity_policies.py", str(tmp_path / "model"), str(tmp_path / "words.spacy"), str(tmp_path / "ents.spacy"),
-            "--output", str(tmp_path / "out.json")]
+    argv = [
+        "entity_policies.py",
+        str(tmp_path / "model"),
+        str(tmp_path / "words.spacy"),
+        str(tmp_path / "ents.spacy"),
+        "--output",
+        str(tmp_path / "out.json"),
+    ]
     monkeypatch.setattr("sys.argv", argv)
     script.main()
     table = srsly.read_json(tmp_path / "out.json")["policies"]

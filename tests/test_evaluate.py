@@ -1,15 +1,14 @@
 """project/scripts/evaluate.py: word scores with OOV/IV recall (also from a
 softmax tagger's BMES tags), entity scores, train_meta.json, --manifest."""
+
 import json
 
 import pytest
 import spacy
+from _configs import WORDS
+from evaluate import evaluate, evaluate_cli, evaluate_cws
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
-
-from evaluate import evaluate, evaluate_cli, evaluate_cws
-
-from _configs import WORDS
 
 
 def word_doc(vocab, words):
@@ -73,8 +72,19 @@ def test_cli_reads_eval_file_split_and_note_from_the_manifest(tmp_path):
 
     model = _untrained_segmenter(tmp_path / "training" / "model-best")
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"sxu": {"task": "cws", "eval": str(tmp_path / "training" / "cws.spacy"),
-                                            "eval_split": "dev", "eval_note": "held back"}}), encoding="utf8")
+    manifest.write_text(
+        json.dumps(
+            {
+                "sxu": {
+                    "task": "cws",
+                    "eval": str(tmp_path / "training" / "cws.spacy"),
+                    "eval_split": "dev",
+                    "eval_note": "held back",
+                }
+            }
+        ),
+        encoding="utf8",
+    )
     app = typer.Typer()
     app.command()(evaluate_cli)
     out = tmp_path / "metrics" / "cws_sxu_{split}.json"
@@ -147,8 +157,10 @@ def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
 
     import evaluate_all
 
-    for argv, needle in ((["--out", str(tmp_path), "--eval-limit", "-1"], "--eval-limit"),
-                         (["--out", str(tmp_path)], "manifest.json: no such file")):
+    for argv, needle in (
+        (["--out", str(tmp_path), "--eval-limit", "-1"], "--eval-limit"),
+        (["--out", str(tmp_path)], "manifest.json: no such file"),
+    ):
         monkeypatch.setattr(sys, "argv", ["evaluate_all.py", *argv])
         with pytest.raises(SystemExit) as exc:
             evaluate_all.main()
@@ -172,8 +184,8 @@ def test_evaluate_cws_breaks_down_the_oov_words():
 
 
 def test_oov_breakdown_tells_split_from_joined_misses():
-    from spacy.training import Example
     from oov import oov_breakdown, summary_lines, word_kind
+    from spacy.training import Example
 
     vocab = spacy.blank("zh").vocab
     pairs = [
@@ -196,4 +208,9 @@ def test_oov_breakdown_tells_split_from_joined_misses():
     lines = summary_lines(oov)
     assert "split 2 (into training words only: 1), joined 1" in lines[2]
     assert [word_kind(w) for w in ("天气", "２０２４", "iPhone", "，", "3.5%")] == [
-        "han", "digits_latin", "digits_latin", "other", "digits_latin"]
+        "han",
+        "digits_latin",
+        "digits_latin",
+        "other",
+        "digits_latin",
+    ]

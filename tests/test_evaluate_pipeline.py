@@ -4,21 +4,31 @@ Its figures are checked against an independent computation: spacy.load the
 saved pipeline, run each reference text through it, and count word and
 entity matches by character offsets.
 """
+
 from pathlib import Path
 
 import pytest
 import spacy
+from conftest import half_trained_pipeline, load_script
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-from conftest import half_trained_pipeline, load_script
-
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "evaluate_pipeline.py"
 
-WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["李四", "住", "广州"], ["今天", "天气", "好"],
-         ["北京大学", "在", "北京"], ["上海", "人"]]
-ENTS = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")]),
-        ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]), ("北京大学在北京", [(0, 2, "LOC"), (5, 7, "LOC")])]
+WORDS = [
+    ["张三", "去", "上海"],
+    ["我", "在", "北京", "工作"],
+    ["李四", "住", "广州"],
+    ["今天", "天气", "好"],
+    ["北京大学", "在", "北京"],
+    ["上海", "人"],
+]
+ENTS = [
+    ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
+    ("我在北京工作", [(2, 4, "LOC")]),
+    ("李四住广州", [(0, 2, "PER"), (3, 5, "LOC")]),
+    ("北京大学在北京", [(0, 2, "LOC"), (5, 7, "LOC")]),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +56,13 @@ def _prf(pred, gold):
 
 
 def test_scores_agree_with_an_independent_spacy_load(script, corpus):
-    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
-                                      dictionary=corpus / "train_words.spacy", batch_size=2)
+    result = script.evaluate_pipeline(
+        str(corpus / "pipeline"),
+        corpus / "words.spacy",
+        corpus / "ents.spacy",
+        dictionary=corpus / "train_words.spacy",
+        batch_size=2,
+    )
     nlp = spacy.load(corpus / "pipeline")
     pred_words, gold_words, pred_ents, gold_ents = set(), set(), set(), set()
     for i, words in enumerate(WORDS):
@@ -80,8 +95,9 @@ def test_scores_agree_with_an_independent_spacy_load(script, corpus):
 def test_overrides_reach_the_loaded_pipeline(script, corpus):
     overrides = script.parse_overrides(["components.crf_ner.max_batch_items=7"])
     assert overrides == {"components.crf_ner.max_batch_items": 7}
-    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
-                                      overrides=overrides, limit=2)
+    result = script.evaluate_pipeline(
+        str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy", overrides=overrides, limit=2
+    )
     assert result["overrides"] == overrides and result["limit"] == 2
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         script.parse_overrides(["no-equals-sign"])
@@ -89,8 +105,9 @@ def test_overrides_reach_the_loaded_pipeline(script, corpus):
 
 def test_keep_words_scores_every_entity_by_offsets(script, corpus):
     overrides = {"components.merge_words.entity_policy": "keep_words"}
-    result = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy",
-                                      overrides=overrides)
+    result = script.evaluate_pipeline(
+        str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy", overrides=overrides
+    )
     split = script.evaluate_pipeline(str(corpus / "pipeline"), corpus / "words.spacy", corpus / "ents.spacy")
     assert split["ents_all"] is None
     # keep_words loses no entity: every predicted entity is in doc.ents or the unaligned group,
@@ -114,8 +131,7 @@ def test_merge_cuts_name_the_right_words_cut_at_entity_boundaries(script):
     assert [t.text for t in merged] == ["美", "方", "代表", "在", "北京", "开会"]
     gold = Doc(nlp.vocab, words=["美方", "代表", "在", "北京", "开会"], spaces=[False] * 5)
     cuts = script.merge_cuts([Example(merged, gold)])
-    assert cuts == {"right_words_cut": 1, "by_label": {"LOC": 1}, "words_made_right": 2,
-                    "top": [["美方", 1, "美|方"]]}
+    assert cuts == {"right_words_cut": 1, "by_label": {"LOC": 1}, "words_made_right": 2, "top": [["美方", 1, "美|方"]]}
 
 
 def test_merge_cuts_are_reported_with_the_scores(script, corpus):
@@ -129,13 +145,38 @@ def test_merge_cuts_are_reported_with_the_scores(script, corpus):
 
 
 def test_cli_names_a_missing_manifest_in_one_line(script, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("sys.argv", ["evaluate_pipeline.py", "zh_crf_pipeline", "--manifest",
-                                     str(tmp_path / "manifest.json"), "--words", "sxu", "--ents", "msra",
-                                     "--output", str(tmp_path / "out.json")])
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "evaluate_pipeline.py",
+            "zh_crf_pipeline",
+            "--manifest",
+            str(tmp_path / "manifest.json"),
+            "--words",
+            "sxu",
+            "--ents",
+            "msra",
+            "--output",
+            str(tmp_path / "out.json"),
+        ],
+    )
     with pytest.raises(SystemExit, match="manifest.json: no such file"):
         script.main()
-    monkeypatch.setattr("sys.argv", ["evaluate_pipeline.py", "zh_crf_pipeline", "--words", "sxu", "--ents", "msra",
-                                     "--output", str(tmp_path / "out.json"), "--limit", "x"])
+    monkeypatch.setattr(
+        "sys.argv",
+        [
+            "evaluate_pipeline.py",
+            "zh_crf_pipeline",
+            "--words",
+            "sxu",
+            "--ents",
+            "msra",
+            "--output",
+            str(tmp_path / "out.json"),
+            "--limit",
+            "x",
+        ],
+    )
     with pytest.raises(SystemExit) as exc:
         script.main()
     assert exc.value.code == 2 and "--limit" in capsys.readouterr().err

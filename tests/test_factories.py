@@ -1,12 +1,12 @@
 """The factories over CRFTagger: crf_tagger (general), crf_ner and crf_segmenter
 (exact assigns and default score weights, so configs need no score_weights)."""
+
 from pathlib import Path
 
 import pytest
 import spacy
-from thinc.api import Config
-
 from _configs import JOINT_CONFIG, crf_model_config
+from thinc.api import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
@@ -32,25 +32,44 @@ def test_variants_refuse_other_schemes(factory, scheme):
 
 
 def test_a_crf_ner_config_needs_no_score_weights():
-    config = Config().from_str(JOINT_CONFIG.replace('"segmenter", ', "").split("[components.segmenter]")[0]
-                               + JOINT_CONFIG[JOINT_CONFIG.index("[components.crf_ner]"):])
+    config = Config().from_str(
+        JOINT_CONFIG.replace('"segmenter", ', "").split("[components.segmenter]")[0]
+        + JOINT_CONFIG[JOINT_CONFIG.index("[components.crf_ner]") :]
+    )
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     assert nlp.pipe_names == ["tok2vec", "crf_ner"]
     assert nlp.config["training"]["score_weights"] == ENTS
     joint = spacy.util.load_model_from_config(Config().from_str(JOINT_CONFIG), auto_fill=True, validate=True)
-    assert joint.config["training"]["score_weights"] == {**{k: v and v / 2 for k, v in WORDS.items()},
-                                                         **{k: v and v / 2 for k, v in ENTS.items()}}
+    assert joint.config["training"]["score_weights"] == {
+        **{k: v and v / 2 for k, v in WORDS.items()},
+        **{k: v and v / 2 for k, v in ENTS.items()},
+    }
 
 
 #: scores the segmenter configs log at every evaluation without weighting them
 LOGGED = {"words_oov_recall": 0.0, "words_iv_recall": 0.0}
 
 
-@pytest.mark.parametrize("name,weights", [
-    ("cws", {**WORDS, **LOGGED}), ("ner", ENTS),
-    ("joint", {"words_f": 0.5, "words_p": 0.0, "words_r": 0.0, "ents_f": 0.5, "ents_p": 0.0, "ents_r": 0.0,
-               "ents_per_type": None, **LOGGED}),
-])
+@pytest.mark.parametrize(
+    "name,weights",
+    [
+        ("cws", {**WORDS, **LOGGED}),
+        ("ner", ENTS),
+        (
+            "joint",
+            {
+                "words_f": 0.5,
+                "words_p": 0.0,
+                "words_r": 0.0,
+                "ents_f": 0.5,
+                "ents_p": 0.0,
+                "ents_r": 0.0,
+                "ents_per_type": None,
+                **LOGGED,
+            },
+        ),
+    ],
+)
 def test_project_configs_get_the_weights_they_used_to_set(name, weights):
     config = spacy.util.load_config(ROOT / "configs" / f"{name}.cfg")
     # the factories weight the scores; a config only adds the logged, unweighted ones
@@ -91,8 +110,9 @@ def test_a_pipeline_saved_before_the_new_settings_still_loads(tmp_path):
     nlp.initialize()
     nlp.to_disk(tmp_path / "old")
     config = (tmp_path / "old" / "config.cfg").read_text(encoding="utf8")
-    stripped = "\n".join(line for line in config.splitlines()
-                         if not line.startswith(("on_nonfinite", "respect_ents", "user_dict")))
+    stripped = "\n".join(
+        line for line in config.splitlines() if not line.startswith(("on_nonfinite", "respect_ents", "user_dict"))
+    )
     assert stripped != config
     (tmp_path / "old" / "config.cfg").write_text(stripped, encoding="utf8")
     loaded = spacy.load(tmp_path / "old")

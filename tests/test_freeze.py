@@ -1,14 +1,14 @@
 """spacy_crf.freeze_parameters.v1: frozen encoder parameters get no gradient and never move."""
+
 import pytest
 import spacy
 import torch
+from _configs import NER_DATA, PIPELINE_CFG
 from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.training.freeze import freeze_parameters
 from spacy_crf.training.optimizers import grouped_adam
-
-from _configs import NER_DATA, PIPELINE_CFG
 
 
 def _nlp(tiny_bert_dir, after_init=""):

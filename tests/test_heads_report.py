@@ -1,8 +1,8 @@
 """project/scripts/heads_report.py: what each head counts as a mention, and the tables."""
-import spacy
-from spacy.tokens import Span
 
+import spacy
 from heads_report import mentions, tables
+from spacy.tokens import Span
 
 
 def test_mentions_are_the_span_group_when_there_is_one_else_the_entities():
@@ -17,16 +17,26 @@ def test_mentions_are_the_span_group_when_there_is_one_else_the_entities():
 
 
 def _run(f, per_type, seconds, speed):
-    return {"scores": {"ents_f": f, "ents_p": f, "ents_r": f, "mentions_f": f - 0.01,
-                       "ents_per_type": {k: {"p": v, "r": v, "f": v} for k, v in per_type.items()}},
-            "train": {"train_seconds": seconds}, "speed": {"chars_per_s": speed}}
+    return {
+        "scores": {
+            "ents_f": f,
+            "ents_p": f,
+            "ents_r": f,
+            "mentions_f": f - 0.01,
+            "ents_per_type": {k: {"p": v, "r": v, "f": v} for k, v in per_type.items()},
+        },
+        "train": {"train_seconds": seconds},
+        "speed": {"chars_per_s": speed},
+    }
 
 
 def test_tables_give_mean_and_half_range_and_the_best_heads_labels():
     results = {
         "softmax": {"seed0": _run(0.70, {"name": 0.8}, 100, 9000), "seed1": _run(0.74, {"name": 0.9}, 110, 9100)},
-        "crf": {"seed0": _run(0.76, {"name": 0.85, "book": 0.5}, 120, 8000),
-                "seed1": _run(0.78, {"name": 0.95, "book": 0.7}, 130, 8200)},
+        "crf": {
+            "seed0": _run(0.76, {"name": 0.85, "book": 0.5}, 120, 8000),
+            "seed1": _run(0.78, {"name": 0.95, "book": 0.7}, 130, 8200),
+        },
         "span": {"seed0": _run(0.75, {"name": 0.9}, 125, 7000)},
     }
     text = tables("cluener", "dev", "default", results)
@@ -43,15 +53,19 @@ def test_tables_give_mean_and_half_range_and_the_best_heads_labels():
 
 def test_dev_curves_are_read_from_the_train_logs_and_plotted(tmp_path):
     import srsly
-
     from compare_report import dev_curve
     from heads_report import plot_curves
 
     run = tmp_path / "seed0" / "crf"
     run.mkdir(parents=True)
-    srsly.write_jsonl(run / "train_log.jsonl", [
-        {"step": 0, "scores": {"ents_f": 0.0}}, {"step": 50, "scores": {"ents_f": 40.0}},
-        {"step": 100, "scores": {"ents_f": 55.0}}])
+    srsly.write_jsonl(
+        run / "train_log.jsonl",
+        [
+            {"step": 0, "scores": {"ents_f": 0.0}},
+            {"step": 50, "scores": {"ents_f": 40.0}},
+            {"step": 100, "scores": {"ents_f": 55.0}},
+        ],
+    )
     curve = dev_curve(run, "ner", joint=False)
     assert curve == [(0, 0.0), (50, 40.0), (100, 55.0)]
     assert dev_curve(tmp_path / "seed0" / "span", "ner", joint=False) == []  # not trained: no line

@@ -1,17 +1,17 @@
 """Joint training of a segmenter and an NER tagger on one shared encoder:
 ``spacy_crf.JointCorpus.v1``, missing annotation on each side, and scoring."""
+
 import numpy
 import pytest
 import spacy
+from _configs import JOINT_CONFIG
 from spacy.tokens import Doc, DocBin
 from thinc.api import Config
 
 from spacy_crf.corpora import JointCorpus
+from spacy_crf.doc_keys import NO_GOLD_WORDS, has_gold_words
 from spacy_crf.pipeline.crf_tagger import bmes_gold
 from spacy_crf.pipeline.scorers import score_words
-from spacy_crf.doc_keys import NO_GOLD_WORDS, has_gold_words
-
-from _configs import JOINT_CONFIG
 
 WORDS = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"]]
 ENTS = [
@@ -43,7 +43,13 @@ def test_balanced_stream_alternates_and_marks_ner_docs(tmp_path):
     # 3 CWS docs cycled to match the 5 NER docs, alternating
     assert len(examples) == 10
     cws, ner = examples[0::2], examples[1::2]
-    assert [eg.reference.text for eg in cws] == ["我在北京工作", "张三去上海", "今天天气好", "我在北京工作", "张三去上海"]
+    assert [eg.reference.text for eg in cws] == [
+        "我在北京工作",
+        "张三去上海",
+        "今天天气好",
+        "我在北京工作",
+        "张三去上海",
+    ]
     assert [eg.reference.text for eg in ner] == [t for t, _ in ENTS]
     assert all(has_gold_words(eg.reference) and not eg.reference.has_annotation("ENT_IOB") for eg in cws)
     assert all(eg.reference.user_data[NO_GOLD_WORDS] for eg in ner)
@@ -60,8 +66,7 @@ def test_ents_share_weights_the_stream_towards_ner(tmp_path):
     examples = list(JointCorpus(words_path, ents_path, ents_share=0.75)(nlp))
     kinds = "".join("E" if eg.reference.user_data.get(NO_GOLD_WORDS) else "W" for eg in examples)
     assert kinds == "WEEE" * 3  # 3 of every 4 docs are NER; both sides seen whole
-    assert [eg.reference.text for eg in examples if kinds[examples.index(eg)] == "W"] == \
-        ["".join(w) for w in WORDS]
+    assert [eg.reference.text for eg in examples if kinds[examples.index(eg)] == "W"] == ["".join(w) for w in WORDS]
     ner = [eg.reference.text for eg in examples[1:4] + examples[5:8] + examples[9:12]]
     assert ner == [t for t, _ in ENTS] + [t for t, _ in ENTS][:4]  # cycled
     default = list(JointCorpus(words_path, ents_path)(nlp))
@@ -114,4 +119,7 @@ def test_one_shared_encoder_learns_both_tasks(tmp_path):
     assert scores["words_f"] == 1.0
     assert scores["ents_f"] == 1.0
     doc = nlp("王五在广州")
-    assert [s.text for s in doc.spans["words"]] and [(e.text, e.label_) for e in doc.ents] == [("王五", "PER"), ("广州", "LOC")]
+    assert [s.text for s in doc.spans["words"]] and [(e.text, e.label_) for e in doc.ents] == [
+        ("王五", "PER"),
+        ("广州", "LOC"),
+    ]

@@ -1,5 +1,6 @@
 """The package's rooms (ml/, pipeline/, training/, ...): every entry point
 resolves, and the modules' old names still import the same module objects."""
+
 import configparser
 import importlib
 from pathlib import Path

@@ -4,16 +4,16 @@ The rows of the batch must get exactly thinc's dense update; the other rows keep
 their moments and only decay; a whole training step through spaCy must reach the
 encoder's word-embedding table under its Hugging Face name.
 """
+
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, PIPELINE_CFG
 from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Config
 
 from spacy_crf.training.optimizers import GroupedOptimizer, ParamGroupError, grouped_adam
-
-from _configs import NER_DATA, PIPELINE_CFG
 
 KEY = (7, "embeddings.word_embeddings.weight")
 SETTINGS = dict(L2=0.01, grad_clip=0.5, use_averages=True)
@@ -153,7 +153,8 @@ def test_the_benchmark_script_runs_and_checks_the_rows():
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_optimizer.py"
     result = subprocess.run(
         [sys.executable, str(script), "--rows", "300", "--width", "8", "--touched", "20", "--repeats", "2"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     assert "dense (thinc)" in result.stdout and "lazy_rows" in result.stdout

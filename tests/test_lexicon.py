@@ -1,6 +1,7 @@
 """A lexicon as a decoding prior of a bmes segmenter (spacy_crf.pipeline.lexicon and
 CRFTagger.set_lexicon): where it matches, what it adds to the emissions,
 that it changes decoding only, and that it is saved with the pipe."""
+
 import pickle
 import random
 import time
@@ -8,14 +9,13 @@ import time
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, WORDS, crf_model_config
+from conftest import segmentation_examples, trained_segmenter
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.pipeline.lexicon import MAX_WORD_LENGTH, Lexicon, read_lexicon
-
-from _configs import NER_DATA, WORDS, crf_model_config
-from conftest import segmentation_examples, trained_segmenter
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
 BMES = ["B", "M", "E", "S"]
@@ -85,8 +85,9 @@ def test_matches_agree_with_the_definition_on_random_docs():
     lexicon = Lexicon(words | {"上海", "海市", "上海市长"})
     vocab = spacy.blank("zh").vocab
     for _ in range(200):
-        tokens = ["".join(rng.choice(chars) for _ in range(rng.choice([1, 1, 1, 2])))
-                  for _ in range(rng.randint(0, 25))]
+        tokens = [
+            "".join(rng.choice(chars) for _ in range(rng.choice([1, 1, 1, 2]))) for _ in range(rng.randint(0, 25))
+        ]
         tokens = [t if rng.random() > 0.05 else " " for t in tokens]  # space tokens
         spaces = [rng.random() < 0.1 for _ in tokens]
         doc = Doc(vocab, words=tokens, spaces=spaces)
@@ -227,7 +228,9 @@ def test_a_missing_lexicon_file_is_named(nlp, tmp_path):
     nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
     nlp.to_disk(tmp_path / "p")
     (tmp_path / "p" / "segmenter" / "lexicon").unlink()
-    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*segmenter.*lexicon of 1 words.*missing"):
+    with pytest.raises(
+        ValueError, match=r"\[segmenter\] cannot load directory .*segmenter.*lexicon of 1 words.*missing"
+    ):
         spacy.load(tmp_path / "p")
 
 
@@ -268,6 +271,7 @@ path = "{path.as_posix()}"
 
 # --- lexicon settings checked at load ------------------------------------------------
 
+
 def _edit_cfg(path, **changes):
     import json
 
@@ -281,8 +285,11 @@ def test_a_bad_lexicon_weight_in_the_cfg_fails_at_load_time(nlp, tmp_path, weigh
     nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
     nlp.to_disk(tmp_path / "p")
     _edit_cfg(tmp_path / "p" / "segmenter", lexicon_weight=weight)
-    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory '.*p.segmenter': its cfg's "
-                                         r"lexicon_weight must be a finite number >= 0, got"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[segmenter\] cannot load directory '.*p.segmenter': its cfg's "
+        r"lexicon_weight must be a finite number >= 0, got",
+    ):
         spacy.load(tmp_path / "p")
 
 
@@ -291,7 +298,9 @@ def test_a_bad_lexicon_size_in_the_cfg_fails_at_load_time(nlp, tmp_path, size):
     nlp.get_pipe("segmenter").set_lexicon(["去上海"], weight=1.0)
     nlp.to_disk(tmp_path / "p")
     _edit_cfg(tmp_path / "p" / "segmenter", lexicon_size=size)
-    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*lexicon_size must be a whole number >= 0"):
+    with pytest.raises(
+        ValueError, match=r"\[segmenter\] cannot load directory .*lexicon_size must be a whole number >= 0"
+    ):
         spacy.load(tmp_path / "p")
 
 
@@ -299,8 +308,11 @@ def test_lexicon_size_0_with_a_lexicon_file_fails_at_load_time(nlp, tmp_path):
     nlp.get_pipe("segmenter").set_lexicon(["去上海", "上海市"], weight=1.0)
     nlp.to_disk(tmp_path / "p")
     _edit_cfg(tmp_path / "p" / "segmenter", lexicon_size=0)
-    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load directory .*lexicon_size 0\), but the lexicon "
-                                         r"file '.*p.segmenter.lexicon' holds 2 words"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[segmenter\] cannot load directory .*lexicon_size 0\), but the lexicon "
+        r"file '.*p.segmenter.lexicon' holds 2 words",
+    ):
         spacy.load(tmp_path / "p")
     data = spacy.util.srsly.msgpack_loads(nlp.get_pipe("segmenter").to_bytes())
     data["cfg"] = spacy.util.srsly.json_dumps({**spacy.util.srsly.json_loads(data["cfg"]), "lexicon_size": 0})

@@ -1,19 +1,19 @@
 """project/scripts/lexicon.py (the word list) and lexicon_tune.py (its
 weight on dev), checked against independent scoring of a small trained
 pipeline."""
+
 from pathlib import Path
 
 import pytest
 import spacy
 import srsly
+from _configs import PROBE_WORDS as WORDS
+from conftest import load_script, write_probe_inputs
 from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_crf.pipeline.lexicon import Lexicon
 from spacy_crf.pipeline.scorers import score_words
-
-from _configs import PROBE_WORDS as WORDS
-from conftest import load_script, write_probe_inputs
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "project" / "scripts"
 
@@ -74,17 +74,30 @@ def test_every_weight_is_scored_as_the_model_is(tune, trained):
 
 
 def test_cli_writes_the_table_and_names_what_is_wrong(tune, trained, tmp_path, monkeypatch, capsys):
-    argv = ["lexicon_tune.py", str(trained / "pipeline"), str(trained / "dev.spacy"), "--words",
-            str(trained / "train.spacy"), "--lexicon", str(trained / "words.txt"), "--weights", "0,3,1",
-            "--output", str(tmp_path / "lexicon.json")]
+    argv = [
+        "lexicon_tune.py",
+        str(trained / "pipeline"),
+        str(trained / "dev.spacy"),
+        "--words",
+        str(trained / "train.spacy"),
+        "--lexicon",
+        str(trained / "words.txt"),
+        "--weights",
+        "0,3,1",
+        "--output",
+        str(tmp_path / "lexicon.json"),
+    ]
     monkeypatch.setattr("sys.argv", argv)
     tune.main()
     out = srsly.read_json(tmp_path / "lexicon.json")
     assert [row["weight"] for row in out["weights"]] == [0.0, 1.0, 3.0] and out["lexicon_words"] == 2
     assert "(chosen)" in (tmp_path / "lexicon.md").read_text(encoding="utf-8")
     assert "chosen weight:" in capsys.readouterr().out
-    for bad, what in [(["--weights", "0,-1"], "--weights"), (["--weights", "x"], "--weights"),
-                      (["--lexicon", str(tmp_path / "none.txt")], "none.txt: no such file")]:
+    for bad, what in [
+        (["--weights", "0,-1"], "--weights"),
+        (["--weights", "x"], "--weights"),
+        (["--lexicon", str(tmp_path / "none.txt")], "none.txt: no such file"),
+    ]:
         monkeypatch.setattr("sys.argv", argv + bad)
         with pytest.raises(SystemExit):
             tune.main()

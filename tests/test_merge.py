@@ -1,4 +1,5 @@
 """crf_merge_words: predicted words (a span group over characters) become tokens."""
+
 import os
 import random
 from typing import List, Set, Tuple
@@ -31,7 +32,7 @@ def fake_segmenter(doc: Doc) -> Doc:
                 i = span.end
                 break
         else:
-            spans.append(doc[i:i + 1])
+            spans.append(doc[i : i + 1])
             i += 1
     doc.spans["words"] = spans
     doc.user_data["pid"] = os.getpid()
@@ -69,7 +70,7 @@ def assert_valid_groups(doc):
         for span in group:
             assert doc[span.start].idx == span.start_char
             assert doc[span.end - 1].idx + len(doc[span.end - 1]) == span.end_char
-            assert span.text == doc.text[span.start_char:span.end_char]
+            assert span.text == doc.text[span.start_char : span.end_char]
 
 
 def merged(doc, key="words"):
@@ -142,8 +143,23 @@ def old_merge_words(doc: Doc, spans_key: str = "words") -> Doc:
 def token_view(doc):
     """Everything a token carries that merging could change."""
     return [
-        (t.text, t.whitespace_, t.idx, t.tag_, t.pos_, str(t.morph), t.lemma_, t.norm_, t.is_sent_start,
-         t.ent_iob_, t.ent_type_, t.ent_kb_id_, t.ent_id_, t.head.i, t.dep_)
+        (
+            t.text,
+            t.whitespace_,
+            t.idx,
+            t.tag_,
+            t.pos_,
+            str(t.morph),
+            t.lemma_,
+            t.norm_,
+            t.is_sent_start,
+            t.ent_iob_,
+            t.ent_type_,
+            t.ent_kb_id_,
+            t.ent_id_,
+            t.head.i,
+            t.dep_,
+        )
         for t in doc
     ]
 
@@ -153,8 +169,10 @@ def doc_view(doc):
     return (
         token_view(doc),
         [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in doc.ents],
-        {k: (g.name, dict(g.attrs), [(s.start, s.end, s.label_, s.kb_id_, s.id_) for s in g])
-         for k, g in doc.spans.items()},
+        {
+            k: (g.name, dict(g.attrs), [(s.start, s.end, s.label_, s.kb_id_, s.id_) for s in g])
+            for k, g in doc.spans.items()
+        },
         tensor,
         doc.user_data,
         doc.cats,
@@ -172,22 +190,31 @@ def random_doc(nlp, rng, max_len=30, annotate=True):
     while i < len(doc):
         n = rng.randint(1, 5)
         if rng.random() < 0.9:
-            words.append(doc[i:min(i + n, len(doc))])
+            words.append(doc[i : min(i + n, len(doc))])
         i += n
     doc.spans["words"] = words
     ents, i = [], 0
     while i < len(doc):
         n = rng.randint(1, 4)
         if rng.random() < 0.3 and not doc[i].is_space:
-            ents.append(Span(doc, i, min(i + n, len(doc)), label=rng.choice(["PER", "LOC"]),
-                             kb_id=rng.choice(["", "Q1"]), span_id=rng.choice(["", "id7"])))
+            ents.append(
+                Span(
+                    doc,
+                    i,
+                    min(i + n, len(doc)),
+                    label=rng.choice(["PER", "LOC"]),
+                    kb_id=rng.choice(["", "Q1"]),
+                    span_id=rng.choice(["", "id7"]),
+                )
+            )
         i += n
     doc.ents = ents
     if rng.random() < 0.5 and len(doc):
         s = rng.randrange(len(doc))
         e = rng.randint(s + 1, min(s + 4, len(doc)))
-        doc.spans["mentions"] = SpanGroup(doc, name="mentions", attrs={"source": "rule"},
-                                          spans=[Span(doc, s, e, label="M", kb_id="Q2", span_id="m1")])
+        doc.spans["mentions"] = SpanGroup(
+            doc, name="mentions", attrs={"source": "rule"}, spans=[Span(doc, s, e, label="M", kb_id="Q2", span_id="m1")]
+        )
     if annotate:
         for t in doc:
             if rng.random() < 0.8:
@@ -262,8 +289,14 @@ def test_emoji_and_latin(nlp):
     text = f"我用iPhone拍{family}😀"
     doc = nlp.make_doc(text)
     assert len(doc) == 2 + 6 + 1 + 5 + 1  # the char segmenter splits by code point
-    doc.spans["words"] = [doc.char_span(0, 1), doc.char_span(1, 2), doc.char_span(2, 8), doc.char_span(8, 9),
-                          doc.char_span(9, 14), doc.char_span(14, 15)]
+    doc.spans["words"] = [
+        doc.char_span(0, 1),
+        doc.char_span(1, 2),
+        doc.char_span(2, 8),
+        doc.char_span(8, 9),
+        doc.char_span(9, 14),
+        doc.char_span(14, 15),
+    ]
     doc.ents = [doc.char_span(2, 8, label="PRODUCT")]
     assert merged(doc) == ["我", "用", "iPhone", "拍", family, "😀"]
 
@@ -322,7 +355,7 @@ def test_random_docs_keep_text_ents_and_groups(nlp):
         words, i = [], 0
         while i < len(doc):
             n = rng.randint(1, 4)
-            words.append(doc[i:min(i + n, len(doc))])
+            words.append(doc[i : min(i + n, len(doc))])
             i += n
         doc.spans["words"] = words
         ents, i = [], 0
@@ -368,8 +401,9 @@ def test_property_new_merge_equals_old_retokenizer_merge(nlp):
         assert "".join(t.text_with_ws for t in out) == doc.text
         assert doc_view(out) == doc_view(oracle), (case, doc.text)
         assert [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in out.ents] == ents
-        assert {k: [(s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in g]
-                for k, g in out.spans.items()} == groups
+        assert {
+            k: [(s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in g] for k, g in out.spans.items()
+        } == groups
         assert_valid_groups(out)
         assert snapshot(doc) == before  # the input doc is untouched
         assert merge_words(doc, via_retokenizer=True) is doc and doc_view(doc) == doc_view(oracle)
@@ -397,15 +431,38 @@ def test_property_entity_policies_lose_nothing(nlp, policy):
 
 POLICY_CASES = [
     # (text, words, entity, tokens under split, tokens under keep_words, entity aligned under keep_words)
-    ("他去北京大学生活", [(0, 1), (1, 2), (2, 6), (6, 8)], (2, 4, "LOC"),
-     ["他", "去", "北京", "大学", "生活"], ["他", "去", "北京大学", "生活"], False),  # inside a word
-    ("他去北京大学", [(0, 1), (1, 3), (3, 6)], (2, 4, "LOC"),
-     ["他", "去", "北", "京", "大学"], ["他", "去北", "京大学"], False),  # crossing two words
-    ("他去北京大学", [(0, 1), (1, 2), (2, 6)], (2, 6, "ORG"),
-     ["他", "去", "北京大学"], ["他", "去", "北京大学"], True),  # equal to a word
-    ("我们 在北京大学 New York上学", [(0, 2), (3, 4), (4, 8), (9, 12), (13, 17), (17, 19)], (4, 6, "LOC"),
-     ["我们", "在", "北京", "大学", "New", "York", "上学"],
-     ["我们", "在", "北京大学", "New", "York", "上学"], False),  # nested, in a sentence with spaces
+    (
+        "他去北京大学生活",
+        [(0, 1), (1, 2), (2, 6), (6, 8)],
+        (2, 4, "LOC"),
+        ["他", "去", "北京", "大学", "生活"],
+        ["他", "去", "北京大学", "生活"],
+        False,
+    ),  # inside a word
+    (
+        "他去北京大学",
+        [(0, 1), (1, 3), (3, 6)],
+        (2, 4, "LOC"),
+        ["他", "去", "北", "京", "大学"],
+        ["他", "去北", "京大学"],
+        False,
+    ),  # crossing two words
+    (
+        "他去北京大学",
+        [(0, 1), (1, 2), (2, 6)],
+        (2, 6, "ORG"),
+        ["他", "去", "北京大学"],
+        ["他", "去", "北京大学"],
+        True,
+    ),  # equal to a word
+    (
+        "我们 在北京大学 New York上学",
+        [(0, 2), (3, 4), (4, 8), (9, 12), (13, 17), (17, 19)],
+        (4, 6, "LOC"),
+        ["我们", "在", "北京", "大学", "New", "York", "上学"],
+        ["我们", "在", "北京大学", "New", "York", "上学"],
+        False,
+    ),  # nested, in a sentence with spaces
 ]
 
 
@@ -436,7 +493,7 @@ def test_entity_policies(nlp, text, words, ent, split_tokens, keep_tokens, align
         assert (span.label_, span.kb_id_) == (ent[2], "Q9")
         # the span covers the words the entity touches
         assert span.start_char <= ent[0] < ent[1] <= span.end_char
-        assert text[ent[0]:ent[1]] in span.text
+        assert text[ent[0] : ent[1]] in span.text
     assert_valid_groups(out)
 
 
@@ -497,6 +554,7 @@ def test_vocab_vectors_as_retokenizer(nlp):
 
 def test_parsed_doc_is_retokenized_in_place(nlp):
     words = ["我", "们", "在", "北", "京"]
+
     def parsed():
         doc = Doc(nlp.vocab, words=words, spaces=[False] * 5, heads=[1, 2, 2, 4, 2], deps=["a", "b", "ROOT", "c", "d"])
         doc.spans["words"] = [doc[0:2], doc[2:3], doc[3:5]]
@@ -537,12 +595,17 @@ EXPECTED = [
 def test_pipeline_to_disk_and_multiprocessing(tmp_path):
     nlp = fake_pipeline()
     assert nlp.get_pipe_config("crf_merge_words") == {
-        "factory": "crf_merge_words", "spans_key": "words",
-        "entity_policy": "split", "unaligned_ents_key": "ents_chars",
+        "factory": "crf_merge_words",
+        "spans_key": "words",
+        "entity_policy": "split",
+        "unaligned_ents_key": "ents_chars",
     }
     docs = list(nlp.pipe(TEXTS))
     assert [tokens(d) for d in docs] == EXPECTED
-    assert [[(e.text, e.label_) for e in d.ents] for d in docs][:2] == [[("京大", "LOC")], [("京大", "LOC"), ("天安门", "ORG")]]
+    assert [[(e.text, e.label_) for e in d.ents] for d in docs][:2] == [
+        [("京大", "LOC")],
+        [("京大", "LOC"), ("天安门", "ORG")],
+    ]
     nlp.to_disk(tmp_path / "model")
     loaded = spacy.load(tmp_path / "model")
     assert loaded.pipe_names == ["test_merge_fake_segmenter", "entity_ruler", "crf_merge_words"]
@@ -565,7 +628,8 @@ def test_pipeline_keep_words_to_disk_and_multiprocessing(tmp_path):
     assert [tokens(d) for d in docs][:2] == [["我们", "在", "北京大学"], ["北京大学", "生", "去", "天安门"]]
     assert [[(e.text, e.label_) for e in d.ents] for d in docs][:2] == [[], [("天安门", "ORG")]]
     assert [char_entities(d) for d in docs][:2] == [
-        [(4, 6, "LOC", "", "")], [(1, 3, "LOC", "", ""), (6, 9, "ORG", "", "")],
+        [(4, 6, "LOC", "", "")],
+        [(1, 3, "LOC", "", ""), (6, 9, "ORG", "", "")],
     ]
     nlp.to_disk(tmp_path / "model")
     loaded = spacy.load(tmp_path / "model")

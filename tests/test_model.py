@@ -1,17 +1,17 @@
 """spacy_crf.ml.tagger_model: the loss has no side effects; the CRF parameters get their
 gradients in the CRF layer's backprop; nothing happens on import."""
+
 import subprocess
 import sys
 
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, crf_model_config
 from spacy.training import Example
 from thinc.api import Model, chain, noop, set_dropout_rate
 
 from spacy_crf.ml.tagger_model import CRFGradient
-
-from _configs import NER_DATA, crf_model_config
 
 
 def _ner_pipe():
@@ -31,8 +31,12 @@ def _zero_grads(model):
 
 
 def _grads(model):
-    return {(node.id, name): node.get_grad(name).copy()
-            for node in model.walk() for name in node.param_names if node.has_grad(name)}
+    return {
+        (node.id, name): node.get_grad(name).copy()
+        for node in model.walk()
+        for name in node.param_names
+        if node.has_grad(name)
+    }
 
 
 def _backward(pipe, examples, n_get_loss):
@@ -69,17 +73,27 @@ def test_get_loss_writes_nothing_and_backprop_adds_the_crf_gradients():
 
 
 def test_importing_the_package_has_no_side_effects():
-    code = ("import os, sys; calls = []; os.register_at_fork = lambda **kw: calls.append(kw)\n"
-            "import spacy_crf, spacy_crf.ml.tagger_model\n"
-            "assert not spacy_crf.ml.tagger_model._fork_hook_installed; before = len(calls)  # torch registers its own\n"
-            "import spacy_crf as p; assert not [m for m in ('spacy_crf.pipeline.crf_tagger', 'spacy_crf.pipeline.factories') if m in sys.modules]\n"
-            "from spacy_crf.ml.tagger_model import build_crf_tagger, CRF\n"
-            "import thinc.api; build_crf_tagger(thinc.api.Linear(2, 2)); build_crf_tagger(thinc.api.Linear(2, 2))\n"
-            "assert spacy_crf.ml.tagger_model._fork_hook_installed and len(calls) == before + 1, calls\n")
+    code = (
+        "import os, sys; calls = []; os.register_at_fork = lambda **kw: calls.append(kw)\n"
+        "import spacy_crf, spacy_crf.ml.tagger_model\n"
+        "assert not spacy_crf.ml.tagger_model._fork_hook_installed; before = len(calls)  # torch registers its own\n"
+        "import spacy_crf as p; assert not [m for m in ('spacy_crf.pipeline.crf_tagger', 'spacy_crf.pipeline.factories') if m in sys.modules]\n"
+        "from spacy_crf.ml.tagger_model import build_crf_tagger, CRF\n"
+        "import thinc.api; build_crf_tagger(thinc.api.Linear(2, 2)); build_crf_tagger(thinc.api.Linear(2, 2))\n"
+        "assert spacy_crf.ml.tagger_model._fork_hook_installed and len(calls) == before + 1, calls\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    bare = subprocess.run([sys.executable, "-c", "import sys, spacy_crf; print(sorted(m for m in sys.modules "
-                           "if m.split('.')[0] in ('torch', 'spacy', 'thinc')))"], capture_output=True, text=True)
+    bare = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, spacy_crf; print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('torch', 'spacy', 'thinc')))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bare.returncode == 0 and bare.stdout.strip() == "[]", bare.stdout + bare.stderr
 
 
@@ -119,8 +133,8 @@ def pytest_approx(value):
 
 
 def test_check_weights_reports_widths_and_nonfinite_parameters():
-    from spacy_crf.pipeline.load_checks import check_weights
     from spacy_crf.ml.tagger_model import is_initialized
+    from spacy_crf.pipeline.load_checks import check_weights
 
     pipe, _ = _ner_pipe()
     assert is_initialized(pipe.model) and check_weights(pipe.model, len(pipe.tags)) == []
@@ -131,7 +145,8 @@ def test_check_weights_reports_widths_and_nonfinite_parameters():
     start[0] = numpy.inf
     crf.set_param("crf_start", start)
     assert check_weights(pipe.model, len(pipe.tags)) == [
-        "parameter 'crf_start' of layer 'crf' has 1 NaN or infinite values"]
+        "parameter 'crf_start' of layer 'crf' has 1 NaN or infinite values"
+    ]
     fresh = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
     assert not is_initialized(fresh.model) and check_weights(fresh.model, 9) == []
 

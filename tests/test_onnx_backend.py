@@ -1,6 +1,7 @@
 """ONNX Runtime inference of the transformer encoder (spacy_crf.encoders.onnx_backend):
 float32 predicts as torch does, through to_disk / spacy.load and in other
 processes; int8 runs and predicts close; training through it is a clear error."""
+
 import importlib.metadata
 import json
 import subprocess
@@ -75,8 +76,13 @@ def max_diff(a, b):
 def encoders(nlp):
     from spacy_transformers.layers import TransformerModel
 
-    return [node.transformer for _, component in nlp.components if hasattr(component, "model")
-            for node in component.model.walk() if isinstance(node, TransformerModel)]
+    return [
+        node.transformer
+        for _, component in nlp.components
+        if hasattr(component, "model")
+        for node in component.model.walk()
+        if isinstance(node, TransformerModel)
+    ]
 
 
 def test_float32_onnx_pipeline_predicts_as_torch(float_dir):
@@ -119,8 +125,13 @@ def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
         "docs = list(spacy.load(sys.argv[1]).pipe(json.loads(sys.argv[2])))\n"
         "print(json.dumps([[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(onnx_dir), json.dumps(TEXTS)],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(onnx_dir), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents
 
@@ -171,8 +182,9 @@ def test_training_an_onnx_encoder_is_a_clear_error(onnx_dir):
         nlp.get_pipe("transformer").update(examples(nlp))
     # heads still train over it when it is frozen and annotating
     losses = {}
-    nlp.update(examples(nlp), sgd=nlp.resume_training(), losses=losses, exclude=["transformer"],
-               annotates=["transformer"])
+    nlp.update(
+        examples(nlp), sgd=nlp.resume_training(), losses=losses, exclude=["transformer"], annotates=["transformer"]
+    )
     assert numpy.isfinite(losses["crf_tagger"])
 
 
@@ -240,8 +252,9 @@ def test_loading_torch_weights_into_the_onnx_architecture_is_a_clear_error(float
 
     shutil.copytree(float_dir, tmp_path / "p")
     cfg = tmp_path / "p" / "config.cfg"
-    cfg.write_text(cfg.read_text(encoding="utf8").replace("spacy-transformers.TransformerModel.v3", ONNX_ARCH),
-                   encoding="utf8")
+    cfg.write_text(
+        cfg.read_text(encoding="utf8").replace("spacy-transformers.TransformerModel.v3", ONNX_ARCH), encoding="utf8"
+    )
     with pytest.raises(ValueError, match="saved with a torch encoder"):
         spacy.load(tmp_path / "p")
 
@@ -251,8 +264,27 @@ def test_the_backend_benchmark_runs_and_records_the_machine(tmp_path, monkeypatc
 
     script = load_script(ROOT / "scripts" / "bench_encoder_backends.py")
     out = tmp_path / "bench.json"
-    monkeypatch.setattr(sys, "argv", ["bench", "--texts", "4", "--repeats", "1", "--layers", "1", "--hidden", "32",
-                                      "--heads", "2", "--threads", "1", "--out", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench",
+            "--texts",
+            "4",
+            "--repeats",
+            "1",
+            "--layers",
+            "1",
+            "--hidden",
+            "32",
+            "--heads",
+            "2",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     threads = torch.get_num_threads()
     try:
         script.main()

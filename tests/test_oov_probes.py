@@ -1,18 +1,18 @@
 """project/scripts/oov_probes.py: decoding-bias, entity-join and stock-piece
 probes of the OOV words, checked on hand-made cases and against independent
 scoring of a small trained pipeline."""
+
 from pathlib import Path
 
 import pytest
 import spacy
 import srsly
+from _configs import PROBE_WORDS as WORDS
+from conftest import load_script, write_probe_inputs
 from spacy.tokens import DocBin
 from spacy.training import Example
 
 from spacy_crf.pipeline.scorers import predicted_words, score_words
-
-from _configs import PROBE_WORDS as WORDS
-from conftest import load_script, write_probe_inputs
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "oov_probes.py"
 
@@ -50,8 +50,15 @@ def test_piece_counts_tell_a_cut_inside_a_piece_from_one_on_a_piece_edge(script)
     counts = script.PieceCounts()
     # the model cut 得|天独厚 inside the piece 得天, and found 那不勒斯
     counts.add(text, gold, {(0, 1), (1, 4), (4, 5), (5, 9)}, [(0, 2), (2, 4), (4, 5), (5, 9)], {"的"})
-    assert counts.as_dict() == {"oov_words": 2, "one_piece": 1, "one_piece_share": 0.5, "on_piece_edges": 2,
-                                "on_piece_edges_share": 1.0, "split_misses": 1, "cut_inside_pieces_only": 1}
+    assert counts.as_dict() == {
+        "oov_words": 2,
+        "one_piece": 1,
+        "one_piece_share": 0.5,
+        "on_piece_edges": 2,
+        "on_piece_edges_share": 1.0,
+        "split_misses": 1,
+        "cut_inside_pieces_only": 1,
+    }
     counts = script.PieceCounts()
     # 得|天|独厚: one cut inside 得天, one on a piece edge that no piece feature could veto;
     # 那不勒斯 joined to 的
@@ -63,9 +70,9 @@ def test_probes_agree_with_independent_scoring(script, trained):
     nlp = spacy.load(trained / "pipeline", exclude=["merge_words"])
     refs = _refs(nlp, trained / "dev.spacy")
     iv = _iv()
-    result = script.probe(nlp, refs, iv, biases=[0.0, 1e4, -1e4], pieces=lambda text: [(i, i + 1) for i in
-                                                                                          range(len(text))],
-                          batch_size=3)
+    result = script.probe(
+        nlp, refs, iv, biases=[0.0, 1e4, -1e4], pieces=lambda text: [(i, i + 1) for i in range(len(text))], batch_size=3
+    )
     assert result["segmenter"] == "segmenter"
     docs = list(nlp.pipe(r.text for r in refs))
     own = score_words([Example(d, r) for d, r in zip(docs, refs)], iv_words=iv)
@@ -95,8 +102,18 @@ def test_probes_agree_with_independent_scoring(script, trained):
 
 
 def test_cli_writes_the_results_and_names_what_is_wrong(script, trained, tmp_path, monkeypatch, capsys):
-    argv = ["oov_probes.py", str(trained / "pipeline"), str(trained / "dev.spacy"), "--words",
-            str(trained / "train.spacy"), "--no-pieces", "--biases", "0,2", "--output", str(tmp_path / "out.json")]
+    argv = [
+        "oov_probes.py",
+        str(trained / "pipeline"),
+        str(trained / "dev.spacy"),
+        "--words",
+        str(trained / "train.spacy"),
+        "--no-pieces",
+        "--biases",
+        "0,2",
+        "--output",
+        str(tmp_path / "out.json"),
+    ]
     monkeypatch.setattr("sys.argv", argv)
     script.main()
     out = srsly.read_json(tmp_path / "out.json")

@@ -1,8 +1,9 @@
 import numpy
 import pytest
-from thinc.api import Config, chain
 from spacy.util import registry
+from thinc.api import Config, chain
 
+from spacy_crf.ml.tagger_model import CRF, Emissions
 from spacy_crf.training.optimizers import (
     GroupedOptimizer,
     ParamGroupError,
@@ -10,7 +11,6 @@ from spacy_crf.training.optimizers import (
     grouped_adam,
     grouped_sgd,
 )
-from spacy_crf.ml.tagger_model import CRF, Emissions
 
 
 def _model(nO=4, nI=3):
@@ -53,19 +53,31 @@ def test_adam_first_step_ratio_is_about_the_multiplier():
     ratio = numpy.abs(scaled[("crf", "crf_transitions")]).mean() / numpy.abs(base[("crf", "crf_transitions")]).mean()
     assert 900 < ratio < 1100
     # non-CRF parameters are untouched by the multiplier
-    numpy.testing.assert_allclose(scaled[("crf_emissions", "crf_emission_W")], base[("crf_emissions", "crf_emission_W")], rtol=1e-3)
+    numpy.testing.assert_allclose(
+        scaled[("crf_emissions", "crf_emission_W")], base[("crf_emissions", "crf_emission_W")], rtol=1e-3
+    )
 
 
 def test_emissions_join_the_group_on_request():
     base = _one_step(grouped_sgd(0.1, grad_clip=0.0, use_averages=False))
-    scaled = _one_step(grouped_sgd(0.1, crf_lr_multiplier=10.0, crf_includes_emissions=True, grad_clip=0.0, use_averages=False))
-    numpy.testing.assert_allclose(scaled[("crf_emissions", "crf_emission_W")], 10 * base[("crf_emissions", "crf_emission_W")], rtol=1e-5)
+    scaled = _one_step(
+        grouped_sgd(0.1, crf_lr_multiplier=10.0, crf_includes_emissions=True, grad_clip=0.0, use_averages=False)
+    )
+    numpy.testing.assert_allclose(
+        scaled[("crf_emissions", "crf_emission_W")], 10 * base[("crf_emissions", "crf_emission_W")], rtol=1e-5
+    )
 
 
 def test_weight_decay_is_not_multiplied_by_default():
     def decayed(scale_weight_decay):
-        opt = grouped_sgd(0.1, crf_lr_multiplier=100.0, L2=0.01, grad_clip=0.0, use_averages=False,
-                          scale_weight_decay=scale_weight_decay)
+        opt = grouped_sgd(
+            0.1,
+            crf_lr_multiplier=100.0,
+            L2=0.01,
+            grad_clip=0.0,
+            use_averages=False,
+            scale_weight_decay=scale_weight_decay,
+        )
         w = numpy.ones(3, dtype="f")
         new, _ = opt((1, "crf_transitions"), w.copy(), numpy.zeros(3, dtype="f"))
         return 1 - new[0]
@@ -76,14 +88,17 @@ def test_weight_decay_is_not_multiplied_by_default():
 
 def test_custom_groups_and_layer_decay():
     opt = grouped_adam(
-        1e-3, crf_lr_multiplier=100, num_layers=4, layer_lr_decay=0.5,
+        1e-3,
+        crf_lr_multiplier=100,
+        num_layers=4,
+        layer_lr_decay=0.5,
         param_groups={"head": {"patterns": ["pooler.*"], "lr_multiplier": 3.0}},
     )
     assert opt.group_of("crf_transitions") == ("crf", 100.0)
     assert opt.group_of("pooler.dense.weight") == ("head", 3.0)
     assert opt.group_of("encoder.layer.3.output.dense.weight") == (None, 1.0)
     assert opt.group_of("encoder.layer.1.output.dense.weight") == (None, 0.25)
-    assert opt.group_of("embeddings.word_embeddings.weight") == (None, 0.5 ** 4)
+    assert opt.group_of("embeddings.word_embeddings.weight") == (None, 0.5**4)
     assert opt.group_of("W") == (None, 1.0)
 
 

@@ -1,6 +1,7 @@
 """The package's architecture rules (docs/architecture.md): the library
 holds no project code, hard-codes no language, and keeps each tag encoding
 in spacy_crf.ml.schemes; modules stay small unless they are one concept."""
+
 import ast
 import re
 from pathlib import Path
@@ -27,8 +28,11 @@ def test_no_project_code_in_the_library(path):
     text = path.read_text(encoding="utf8")
     assert not [m for m in _imports(path) if m.split(".")[0] in ("project", "scripts")]
     assert "train_meta.json" not in text
-    blank_calls = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Call)
-                   and isinstance(node.func, ast.Attribute) and node.func.attr == "blank"]
+    blank_calls = [
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "blank"
+    ]
     assert not blank_calls, "a language is hard-coded"
 
 
@@ -40,6 +44,9 @@ def test_modules_stay_small_unless_one_concept(path):
 
 
 def test_bmes_tags_are_defined_once():
-    defined = [p.name for p in MODULES if re.search(r"""BMES_TAGS\s*=|\(\s*"B",\s*"M",\s*"E",\s*"S"\s*\)""",
-                                                   p.read_text(encoding="utf8"))]
+    defined = [
+        p.name
+        for p in MODULES
+        if re.search(r"""BMES_TAGS\s*=|\(\s*"B",\s*"M",\s*"E",\s*"S"\s*\)""", p.read_text(encoding="utf8"))
+    ]
     assert defined == ["schemes.py"]

@@ -3,14 +3,13 @@ import random
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, SMALL_TOK2VEC, crf_model_config
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 
-from spacy_crf.training.optimizers import grouped_adam
-from spacy_crf.pipeline.crf_tagger import CRFTagger, bmes_gold
 from spacy_crf.ml.schemes import is_valid
-
-from _configs import NER_DATA, SMALL_TOK2VEC, crf_model_config
+from spacy_crf.pipeline.crf_tagger import CRFTagger, bmes_gold
+from spacy_crf.training.optimizers import grouped_adam
 
 SEG_DATA = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"], ["李四", "住", "广州"]]
 
@@ -20,9 +19,7 @@ def ner_examples(nlp):
 
 
 def seg_examples(nlp):
-    return [
-        Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_DATA
-    ]
+    return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_DATA]
 
 
 def train(nlp, examples, steps=40):
@@ -192,8 +189,12 @@ def test_misaligned_gold_entity_warns_naming_the_doc():
     nlp = spacy.blank("en")  # word tokens: a reference token boundary can fall inside one
     nlp.add_pipe("crf_tagger", config={"model": crf_model_config()})
     text = "Alice visited Berlinstadt today"
-    reference = Doc(nlp.vocab, words=["Alice", "visited", "Berlin", "stadt", "today"],
-                    spaces=[True, True, False, True, False], ents=["B-PER", "O", "B-LOC", "O", "O"])
+    reference = Doc(
+        nlp.vocab,
+        words=["Alice", "visited", "Berlin", "stadt", "today"],
+        spaces=[True, True, False, True, False],
+        ents=["B-PER", "O", "B-LOC", "O", "O"],
+    )
     bad = Example(nlp.make_doc(text), reference)
     good = Example.from_dict(nlp.make_doc("Alice visited Paris"), {"entities": [(0, 5, "PER"), (14, 19, "LOC")]})
     optimizer = nlp.initialize(lambda: [good])
@@ -260,9 +261,15 @@ def _structure_task(n_docs=60, seed=0):
 def _accuracy_on_structure_task(use_crf):
     nlp = spacy.blank("zh")
     tok2vec = dict(SMALL_TOK2VEC, window_size=1, depth=1)
-    nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": {**crf_model_config(use_crf=use_crf), "tok2vec": tok2vec}})
+    nlp.add_pipe(
+        "crf_tagger", config={"scheme": "tag", "model": {**crf_model_config(use_crf=use_crf), "tok2vec": tok2vec}}
+    )
+
     def examples(data):
-        return [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, tags=t, spaces=[False] * len(w))) for w, t in data]
+        return [
+            Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, tags=t, spaces=[False] * len(w))) for w, t in data
+        ]
+
     train_set, test_set = examples(_structure_task(60, 1)), examples(_structure_task(30, 2))
     # The same optimizer for both heads; the CRF group's multiplier has no
     # parameters to act on in the softmax head.
@@ -344,10 +351,13 @@ def test_bmes_gold_on_reference_words_with_whitespace_and_spaces():
     assert "".join(BMES[i] for i in bmes_gold(eg)) == "BESBE"
 
 
-@pytest.mark.parametrize("scheme,expected", [
-    ("bio", ["B-PER", "I-PER", None, "O", "B-LOC", "I-LOC", None]),
-    ("bioes", ["B-PER", "E-PER", None, "O", "B-LOC", "E-LOC", None]),
-])
+@pytest.mark.parametrize(
+    "scheme,expected",
+    [
+        ("bio", ["B-PER", "I-PER", None, "O", "B-LOC", "I-LOC", None]),
+        ("bioes", ["B-PER", "E-PER", None, "O", "B-LOC", "E-LOC", None]),
+    ],
+)
 def test_entity_gold_leaves_whitespace_tokens_unknown(scheme, expected):
     nlp = spacy.blank("zh")
     pipe = nlp.add_pipe("crf_ner", config={"scheme": scheme, "model": crf_model_config()})
@@ -396,9 +406,14 @@ def test_whitespace_tokens_are_decoded_outside(ner_nlp):
 
 # --- non-finite loss (reliability item 2) -----------------------------------------
 
+
 def _params(pipe):
-    return {(node.id, name): node.get_param(name).copy()
-            for node in pipe.model.walk() for name in node.param_names if node.has_param(name)}
+    return {
+        (node.id, name): node.get_param(name).copy()
+        for node in pipe.model.walk()
+        for name in node.param_names
+        if node.has_param(name)
+    }
 
 
 def _blow_up(pipe):
@@ -421,9 +436,12 @@ def test_a_nonfinite_loss_raises_naming_the_component_and_the_batch():
     nlp, pipe, examples, optimizer = _trained_ner()
     _blow_up(pipe)
     before = _params(pipe)
-    with pytest.raises(ValueError, match=r"\[crf_ner\] the loss is (nan|inf).*4 docs starting with '我在北京工作'") as info:
+    with pytest.raises(
+        ValueError, match=r"\[crf_ner\] the loss is (nan|inf).*4 docs starting with '我在北京工作'"
+    ) as info:
         nlp.update(examples, sgd=optimizer)
     from spacy_crf.pipeline.crf_tagger import NonFiniteError
+
     assert isinstance(info.value, NonFiniteError) and "on_nonfinite" in str(info.value)
     after = _params(pipe)
     for key in before:
@@ -470,6 +488,7 @@ def test_a_nonfinite_parameter_gradient_is_caught_before_the_optimizer(monkeypat
 
 # --- entities already on the doc (reliability item 3) ------------------------------
 
+
 def _ents(doc):
     return [(e.start_char, e.end_char, e.label_) for e in doc.ents]
 
@@ -511,8 +530,9 @@ def test_preset_entities_are_kept_and_the_rest_is_decoded_around_them(bioes_nlp)
 def test_an_entity_ruler_before_the_tagger_keeps_its_entities(bioes_nlp):
     nlp = spacy.blank("zh")
     ruler = nlp.add_pipe("entity_ruler")
-    ruler.add_patterns([{"label": "ORG", "pattern": "三去"}, {"label": "LOC", "pattern": "海"},
-                        {"label": "PER", "pattern": "工作"}])
+    ruler.add_patterns(
+        [{"label": "ORG", "pattern": "三去"}, {"label": "LOC", "pattern": "海"}, {"label": "PER", "pattern": "工作"}]
+    )
     nlp.add_pipe("ner", source=bioes_nlp)
     texts = ["张三去上海", "李四住广州", "我在北京工作", "", "  ", "上海\u3000张三去北京"] * 2
     single = [nlp(t) for t in texts]
@@ -530,6 +550,7 @@ def test_an_entity_ruler_before_the_tagger_keeps_its_entities(bioes_nlp):
 
 
 # --- labels added before initialize (reliability item 4) ---------------------------
+
 
 def test_labels_added_before_initialize_are_kept():
     nlp = spacy.blank("zh")
@@ -549,6 +570,7 @@ def test_labels_added_before_initialize_are_kept():
 
 # --- broken model directories (reliability item 7) ---------------------------------
 
+
 def _break(path, name, fix):
     import json
 
@@ -558,12 +580,19 @@ def _break(path, name, fix):
     cfg_path.write_text(json.dumps(cfg), encoding="utf8")
 
 
-@pytest.mark.parametrize("what,fix,message", [
-    ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
-    ("one label more", lambda cfg: cfg["labels"].append("ORG"), r"score 5 tags \(output width\) but the labels give 7"),
-    ("one label less", lambda cfg: cfg["labels"].pop(), r"score 5 tags .* labels give 3.*transition matrix is 5x5"),
-    ("other scheme", lambda cfg: cfg.update(scheme="bioes"), r"labels give 9"),
-])
+@pytest.mark.parametrize(
+    "what,fix,message",
+    [
+        ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
+        (
+            "one label more",
+            lambda cfg: cfg["labels"].append("ORG"),
+            r"score 5 tags \(output width\) but the labels give 7",
+        ),
+        ("one label less", lambda cfg: cfg["labels"].pop(), r"score 5 tags .* labels give 3.*transition matrix is 5x5"),
+        ("other scheme", lambda cfg: cfg.update(scheme="bioes"), r"labels give 9"),
+    ],
+)
 def test_a_cfg_that_does_not_match_the_weights_fails_at_load_time(ner_nlp, tmp_path, what, fix, message):
     ner_nlp.to_disk(tmp_path / "model")
     _break(tmp_path / "model", "crf_tagger", fix)
@@ -597,7 +626,9 @@ def test_truncated_weights_name_the_file(ner_nlp, tmp_path):
     ner_nlp.to_disk(tmp_path / "model")
     weights = tmp_path / "model" / "crf_tagger" / "model"
     weights.write_bytes(weights.read_bytes()[: len(weights.read_bytes()) // 2])
-    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load the weights file '.*crf_tagger.model': it is truncated"):
+    with pytest.raises(
+        ValueError, match=r"\[crf_tagger\] cannot load the weights file '.*crf_tagger.model': it is truncated"
+    ):
         spacy.load(tmp_path / "model")
     data = ner_nlp.get_pipe("crf_tagger").to_bytes()
     other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
@@ -626,6 +657,7 @@ def test_nonfinite_weights_fail_at_load_time(ner_nlp, tmp_path):
 
 # --- not initialized (reliability item 11) -----------------------------------------
 
+
 def test_transition_table_before_initialize_says_so():
     pipe = spacy.blank("zh").add_pipe("crf_ner", config={"model": crf_model_config()})
     with pytest.raises(ValueError, match=r"\[crf_ner\] transition_table: the component is not initialized"):
@@ -635,9 +667,8 @@ def test_transition_table_before_initialize_says_so():
 def test_skip_with_a_shared_encoder_upstream_keeps_every_weight_finite():
     """A listener upstream: the skipped tagger passes no gradient to the shared
     tok2vec, so nothing non-finite reaches the encoder either."""
-    from thinc.api import Config
-
     from _configs import pipeline_config
+    from thinc.api import Config
 
     text = pipeline_config([("crf_ner", "crf_ner", "bioes")], encoder="tok2vec")
     text = text.replace('factory = "crf_ner"\n', 'factory = "crf_ner"\non_nonfinite = "skip"\n')
@@ -654,11 +685,16 @@ def test_skip_with_a_shared_encoder_upstream_keeps_every_weight_finite():
     after = _params(pipe)
     assert all(numpy.array_equal(before[k], after[k]) for k in before)
     tok2vec = nlp.get_pipe("tok2vec").model
-    assert all(numpy.isfinite(node.get_param(name)).all()
-               for node in tok2vec.walk() for name in node.param_names if node.has_param(name))
+    assert all(
+        numpy.isfinite(node.get_param(name)).all()
+        for node in tok2vec.walk()
+        for name in node.param_names
+        if node.has_param(name)
+    )
 
 
 # --- label order stored with the weights --------------------------------------------
+
 
 def test_labels_other_than_the_weights_were_saved_with_fail_at_load_time(ner_nlp, tmp_path):
     """The tags come from the sorted labels, so a cfg listing the same labels
@@ -668,17 +704,25 @@ def test_labels_other_than_the_weights_were_saved_with_fail_at_load_time(ner_nlp
     assert labels == ["LOC", "PER"]
     ner_nlp.to_disk(tmp_path / "model")
     _break(tmp_path / "model", "crf_tagger", lambda cfg: cfg.update(labels=labels[::-1]))
-    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "model")("张三去上海").ents] == [("张三", "PER"), ("上海", "LOC")]
+    assert [(e.text, e.label_) for e in spacy.load(tmp_path / "model")("张三去上海").ents] == [
+        ("张三", "PER"),
+        ("上海", "LOC"),
+    ]
     _break(tmp_path / "model", "crf_tagger", lambda cfg: cfg.update(labels=["AAA", "LOC"]))
-    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load directory '.*model.crf_tagger': output 1 of the "
-                                         r"weights is 'B-LOC' but 'B-AAA' by the cfg's labels \(other labels than"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[crf_tagger\] cannot load directory '.*model.crf_tagger': output 1 of the "
+        r"weights is 'B-LOC' but 'B-AAA' by the cfg's labels \(other labels than",
+    ):
         spacy.load(tmp_path / "model")
     import srsly
 
     data = srsly.msgpack_loads(ner_nlp.get_pipe("crf_tagger").to_bytes())
     data["cfg"] = srsly.json_dumps({**srsly.json_loads(data["cfg"]), "labels": ["LOC", "ORG"]})
     other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
-    with pytest.raises(ValueError, match=r"\[crf_tagger\] cannot load bytes: output 3 of the weights is 'B-PER' but 'B-ORG'"):
+    with pytest.raises(
+        ValueError, match=r"\[crf_tagger\] cannot load bytes: output 3 of the weights is 'B-PER' but 'B-ORG'"
+    ):
         other.from_bytes(srsly.msgpack_dumps(data))
 
 
@@ -694,7 +738,9 @@ def test_a_save_without_the_tag_order_loads_with_a_warning(ner_nlp, tmp_path):
         model.attrs[OUTPUTS_ATTR] = saved
     with pytest.warns(UserWarning, match=r"\[crf_tagger\] directory .*saved without the order of their outputs"):
         loaded = spacy.load(tmp_path / "model")
-    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in ner_nlp("张三去上海").ents]
+    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [
+        (e.text, e.label_) for e in ner_nlp("张三去上海").ents
+    ]
 
 
 def test_a_diverging_crf_loss_warns_once():

@@ -1,4 +1,5 @@
 """The project: project.yml is valid, assets are pinned, configs load, scripts run."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,11 @@ def test_project_yml_is_valid_and_pins_assets():
     assert not validate(ProjectConfigSchema, project)
     unpinned = [a["dest"] for a in project["assets"] if not a.get("checksum")]
     # the zip's members are checked by fetch_assets.py; the SIGHAN training sets have no published md5
-    assert sorted(unpinned) == ["assets/cws/sighan2005/msr_training.utf8", "assets/cws/sighan2005/pku_training.utf8",
-                                "assets/ner/msra/MSRA.zip"]
+    assert sorted(unpinned) == [
+        "assets/cws/sighan2005/msr_training.utf8",
+        "assets/cws/sighan2005/pku_training.utf8",
+        "assets/ner/msra/MSRA.zip",
+    ]
     commands = {c["name"] for c in project["commands"]}
     for name, steps in project["workflows"].items():
         assert set(steps) <= commands, name
@@ -72,7 +76,7 @@ def test_compare_reuses_the_shipped_run():
     reuse = compare.index("--reuse")
     assert compare[reuse + 1] == shipped[shipped.index("../configs/joint.cfg") + 1]
     drop_output = lambda argv: [a for i, a in enumerate(argv) if i != argv.index("../configs/joint.cfg") + 1]  # noqa: E731
-    assert drop_output(compare[:reuse] + compare[reuse + 2:]) == drop_output(shipped)
+    assert drop_output(compare[:reuse] + compare[reuse + 2 :]) == drop_output(shipped)
     workflow = project["workflows"]["all"]
     assert workflow.index("train-joint") < workflow.index("training-curve") < workflow.index("evaluate")
     # the lexicon's weight is tuned on the trained model, before the pipeline is assembled with it
@@ -81,8 +85,11 @@ def test_compare_reuses_the_shipped_run():
 
 
 def test_check_script_help_runs():
-    result = subprocess.run([sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0 and "--limit" in result.stdout
 
 
@@ -144,7 +151,7 @@ def _project_script_lines():
             argv = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(values[m.group(1)]), line))
             for i, arg in enumerate(argv[1:], 1):
                 if re.fullmatch(r"scripts/\w+\.py", arg) and argv[i - 1].endswith("python"):
-                    yield command["name"], Path(arg).stem, argv[i + 1:]
+                    yield command["name"], Path(arg).stem, argv[i + 1 :]
 
 
 def test_every_project_yml_command_line_parses():
@@ -169,5 +176,16 @@ def test_every_project_yml_command_line_parses():
             message = err.format_message() if hasattr(err, "format_message") else repr(err)
             raise AssertionError(f"project.yml {name}: scripts/{script}.py {' '.join(argv)}: {message}") from None
         checked.add(script)
-    assert {"train", "convert_corpora", "fetch_assets", "evaluate_all", "lexicon_tune", "check_package",
-            "evaluate_pipeline", "entity_policies", "oov_probes", "compare_report", "heads_report"} <= checked
+    assert {
+        "train",
+        "convert_corpora",
+        "fetch_assets",
+        "evaluate_all",
+        "lexicon_tune",
+        "check_package",
+        "evaluate_pipeline",
+        "entity_policies",
+        "oov_probes",
+        "compare_report",
+        "heads_report",
+    } <= checked

@@ -1,6 +1,7 @@
 """int8 dynamic quantization of the transformer encoder (spacy_crf.encoders.quantize):
 in memory, through to_disk / spacy.load, in a fresh process, with n_process=2,
 and for a transformer copied into a component by replace_listeners."""
+
 import subprocess
 import sys
 
@@ -8,11 +9,10 @@ import numpy
 import pytest
 import spacy
 import torch
+from _configs import NER_DATA, PIPELINE_CFG
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.training.optimizers import grouped_adam
-from _configs import NER_DATA, PIPELINE_CFG
 from spacy_crf.encoders.quantize import (
     QUANTIZED_ARCH,
     QUANTIZED_TOK2VEC_ARCH,
@@ -20,6 +20,7 @@ from spacy_crf.encoders.quantize import (
     is_quantized,
     quantize_pipeline,
 )
+from spacy_crf.training.optimizers import grouped_adam
 
 TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
 
@@ -144,7 +145,10 @@ def test_fresh_process_and_n_process_2_match(int8_dir, tmp_path):
 
     result = subprocess.run(
         [sys.executable, "-c", script, str(int8_dir), json.dumps(TEXTS)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,  # not the source tree: installed metadata
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,  # not the source tree: installed metadata
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents

@@ -1,6 +1,7 @@
 """configs/joint.cfg is the recipe of the shipped pipeline: it holds every
 value the default trains with, spaCy's own `debug config` passes on it, and
 the project's train-joint runs it as it is (issue 32 item 1)."""
+
 import configparser
 import re
 import shlex
@@ -9,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import srsly
+import train
 from spacy.util import load_config
 
 import spacy_crf.training.loggers  # noqa: F401  (the logger's entry point needs an installed checkout)
-import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "joint.cfg"
@@ -58,7 +59,7 @@ def test_the_readmes_state_the_recipe_of_the_config():
         text = readme.read_text(encoding="utf8")
         at = text.find("`configs/joint.cfg` is the recipe")
         assert at >= 0, f"{readme.name}: no sentence stating the recipe"
-        paragraph = " ".join(text[at:text.find("\n\n", at)].split())
+        paragraph = " ".join(text[at : text.find("\n\n", at)].split())
         for figure in ("14,000 steps", "3e-4", "1,400 warmup", "1,150", "lazy", "bfloat16", "1,000 dev docs"):
             assert figure in paragraph, f"{readme.name}: {figure!r} missing from {paragraph!r}"
 
@@ -104,10 +105,26 @@ def test_spacy_debug_config_passes_on_the_shipped_config(tiny_bert_dir, tmp_path
     from typer.testing import CliRunner
 
     words, ents = _tiny_corpora(tmp_path)
-    result = CliRunner().invoke(app, [
-        "debug", "config", str(CONFIG), "--paths.train_words", str(words), "--paths.train_ents", str(ents),
-        "--paths.dev_words", str(words), "--paths.dev_ents", str(ents), "--paths.encoder", str(tiny_bert_dir),
-        "--paths.train_log", str(tmp_path / "train_log.jsonl")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "debug",
+            "config",
+            str(CONFIG),
+            "--paths.train_words",
+            str(words),
+            "--paths.train_ents",
+            str(ents),
+            "--paths.dev_words",
+            str(words),
+            "--paths.dev_ents",
+            str(ents),
+            "--paths.encoder",
+            str(tiny_bert_dir),
+            "--paths.train_log",
+            str(tmp_path / "train_log.jsonl"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Config is valid" in result.output
 
@@ -119,7 +136,7 @@ def _script_argv(command: str, variables: dict, out: Path):
     script = next(c for c in project["commands"] if c["name"] == command)["script"][0]
     script = re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(values[m.group(1)]), script)
     argv = shlex.split(script)
-    return argv[argv.index("scripts/train.py"):]
+    return argv[argv.index("scripts/train.py") :]
 
 
 def _spacy_train_of(argv, monkeypatch):
@@ -149,8 +166,16 @@ def test_train_joint_runs_the_shipped_config_as_it_is(tmp_path, monkeypatch):
     assert cmd[3:5] == ["train", "../configs/joint.cfg"]
     options = _options(cmd)
     assert "--code" not in options
-    assert sorted(options) == ["--gpu-id", "--output", "--paths.dev_ents", "--paths.dev_words", "--paths.encoder",
-                               "--paths.train_ents", "--paths.train_log", "--paths.train_words"]
+    assert sorted(options) == [
+        "--gpu-id",
+        "--output",
+        "--paths.dev_ents",
+        "--paths.dev_words",
+        "--paths.encoder",
+        "--paths.train_ents",
+        "--paths.train_log",
+        "--paths.train_words",
+    ]
     assert options["--paths.train_log"] == str(tmp_path / "training" / "joint" / "train_log.jsonl")
 
 
@@ -166,11 +191,13 @@ def test_the_smoke_profile_overrides_only_its_size(tmp_path, monkeypatch):
     assert smoke["profile"] == "smoke"
     options = _options(_spacy_train_of(_script_argv("train-joint", smoke, tmp_path), monkeypatch))
     recipe = {k: v for k, v in options.items() if not k.startswith(("--paths.", "--output", "--gpu-id"))}
-    assert recipe == {"--training.max_steps": smoke["joint_max_steps"],
-                      "--training.optimizer.learn_rate.warmup_steps": smoke["joint_warmup_steps"],
-                      "--training.batcher.size": smoke["joint_batch_size"],
-                      "--training.eval_frequency": smoke["eval_frequency"],
-                      "--corpora.dev.limit": smoke["dev_limit"]}
+    assert recipe == {
+        "--training.max_steps": smoke["joint_max_steps"],
+        "--training.optimizer.learn_rate.warmup_steps": smoke["joint_warmup_steps"],
+        "--training.batcher.size": smoke["joint_batch_size"],
+        "--training.eval_frequency": smoke["eval_frequency"],
+        "--corpora.dev.limit": smoke["dev_limit"],
+    }
 
 
 def test_the_gpu_profile_turns_autocast_off(tmp_path, monkeypatch):

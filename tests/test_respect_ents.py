@@ -1,17 +1,17 @@
 """Issue 15, joint decoding: a segmenter with ``respect_ents`` re-decodes its
 CRF with every entity boundary as a forced word boundary, so that words never
 cross an entity and ``crf_merge_words`` never has to split one."""
+
 import numpy
 import pytest
 import spacy
+from _configs import WORDS, pipeline_config
+from conftest import trained_segmenter
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.ml.schemes import is_valid
-
-from _configs import WORDS, pipeline_config
-from conftest import trained_segmenter
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"]]
 
@@ -55,7 +55,10 @@ CASES = {
     "entity inside a word": ("张三去上海", [(3, 4, "LOC")]),
     "entity across two words": ("张三去上海", [(1, 3, "PER")]),
     "entity equal to a word": ("张三去上海", [(3, 5, "LOC")]),
-    "entities in a sentence with spaces": ("张三 去上海\u3000李四住广州\n很大", [(1, 4, "PER"), (5, 6, "LOC"), (9, 12, "PER"), (13, 14, "LOC")]),
+    "entities in a sentence with spaces": (
+        "张三 去上海\u3000李四住广州\n很大",
+        [(1, 4, "PER"), (5, 6, "LOC"), (9, 12, "PER"), (13, 14, "LOC")],
+    ),
     "one-character entities side by side": ("张三去上海", [(0, 1, "PER"), (1, 2, "PER"), (4, 5, "LOC")]),
 }
 
@@ -89,8 +92,14 @@ def test_without_respect_ents_the_entities_are_ignored(segmenter_nlp):
 def _ruler_pipeline(segmenter_nlp, respect):
     nlp = spacy.blank("zh")
     ruler = nlp.add_pipe("entity_ruler")
-    ruler.add_patterns([{"label": "LOC", "pattern": "上"}, {"label": "PER", "pattern": "三去"},
-                        {"label": "LOC", "pattern": "广州"}, {"label": "PER", "pattern": "四 住"}])
+    ruler.add_patterns(
+        [
+            {"label": "LOC", "pattern": "上"},
+            {"label": "PER", "pattern": "三去"},
+            {"label": "LOC", "pattern": "广州"},
+            {"label": "PER", "pattern": "四 住"},
+        ]
+    )
     nlp.add_pipe("segmenter", source=segmenter_nlp)
     nlp.get_pipe("segmenter").cfg["respect_ents"] = respect
     nlp.add_pipe("crf_merge_words", name="merge_words")
@@ -116,11 +125,13 @@ def test_through_nlp_pipe_with_an_entity_ruler_and_the_merge(segmenter_nlp):
     for before, doc in zip(unmerged, single):
         # the merge only joins words into tokens: it has nothing to split
         assert [t.text for t in doc if not t.is_space] == [s.text for s in before.spans["words"]]
-        assert [(e.start_char, e.end_char, e.label_) for e in doc.ents] == \
-               [(e.start_char, e.end_char, e.label_) for e in before.ents]
+        assert [(e.start_char, e.end_char, e.label_) for e in doc.ents] == [
+            (e.start_char, e.end_char, e.label_) for e in before.ents
+        ]
     for batch_size in (1, 3, 50):
-        assert [_tokens_and_ents(d) for d in nlp.pipe(TEXTS, batch_size=batch_size)] == \
-               [_tokens_and_ents(d) for d in single]
+        assert [_tokens_and_ents(d) for d in nlp.pipe(TEXTS, batch_size=batch_size)] == [
+            _tokens_and_ents(d) for d in single
+        ]
     # without respect_ents the words cross the entities and the merge has to cut them
     split = _ruler_pipeline(segmenter_nlp, respect=False)
     with split.select_pipes(disable=["merge_words"]):
@@ -142,9 +153,13 @@ def test_respect_ents_is_a_segmenter_setting():
 def test_ner_before_the_segmenter_on_one_shared_transformer(tiny_bert_dir, tmp_path):
     """transformer -> crf_ner -> segmenter (respect_ents), both listening to
     one transformer: trains, saves, loads, and the words follow the entities."""
-    text = pipeline_config([("crf_ner", "crf_ner", "bioes"), ("segmenter", "crf_segmenter", "")], name=str(tiny_bert_dir))
-    text = text.replace('[components.segmenter]\nfactory = "crf_segmenter"\n',
-                        '[components.segmenter]\nfactory = "crf_segmenter"\nrespect_ents = true\n')
+    text = pipeline_config(
+        [("crf_ner", "crf_ner", "bioes"), ("segmenter", "crf_segmenter", "")], name=str(tiny_bert_dir)
+    )
+    text = text.replace(
+        '[components.segmenter]\nfactory = "crf_segmenter"\n',
+        '[components.segmenter]\nfactory = "crf_segmenter"\nrespect_ents = true\n',
+    )
     nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
     assert nlp.pipe_names == ["transformer", "crf_ner", "segmenter"]
     assert nlp.get_pipe("segmenter").cfg["respect_ents"] is True
@@ -164,5 +179,7 @@ def test_ner_before_the_segmenter_on_one_shared_transformer(tiny_bert_dir, tmp_p
     single = [loaded(t) for t in texts]
     piped = list(loaded.pipe(texts, batch_size=2))
     for a, b in zip(single, piped):
-        assert words(a) == words(b) and [(e.start, e.end, e.label_) for e in a.ents] == [(e.start, e.end, e.label_) for e in b.ents]
+        assert words(a) == words(b) and [(e.start, e.end, e.label_) for e in a.ents] == [
+            (e.start, e.end, e.label_) for e in b.ents
+        ]
         assert_words_respect_ents(b, b.text, [(e.start_char, e.end_char, e.label_) for e in b.ents])

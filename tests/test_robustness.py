@@ -4,6 +4,7 @@ Whatever the text, the pipeline must not change ``doc.text``, its tokens
 must join back to the text, the merge step must keep every entity the NER
 tagger predicted, and ``nlp(text)`` must equal ``nlp.pipe`` at any batch size.
 """
+
 import pytest
 import spacy
 from spacy.tokens import Doc

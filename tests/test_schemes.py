@@ -97,7 +97,12 @@ def test_check_labels_sorts_and_dedupes():
 
 def test_position_tag_is_the_one_encoder():
     assert [position_tag("bmes", b, e) for b, e in [(1, 1), (1, 0), (0, 0), (0, 1)]] == ["S", "B", "M", "E"]
-    assert [position_tag("bioes", b, e, "X") for b, e in [(1, 1), (1, 0), (0, 0), (0, 1)]] == ["S-X", "B-X", "I-X", "E-X"]
+    assert [position_tag("bioes", b, e, "X") for b, e in [(1, 1), (1, 0), (0, 0), (0, 1)]] == [
+        "S-X",
+        "B-X",
+        "I-X",
+        "E-X",
+    ]
     assert [position_tag("bio", b, e, "X") for b, e in [(1, 1), (1, 0), (0, 0), (0, 1)]] == ["B-X", "B-X", "I-X", "I-X"]
     with pytest.raises(SchemeError):
         position_tag("tag", True, True)
@@ -113,8 +118,12 @@ def test_tags_to_spans_reports_each_repair_in_order():
     tags = ["B-A", "B-A", "E-A", "M-B", "O", "S-C", "B-C"]  # BMES entity tags: M reads as I
     spans = tags_to_spans("bioes", tags, lambda *r: repairs.append(r))
     assert spans == [(0, 1, "A"), (1, 3, "A"), (3, 4, "B"), (5, 6, "C"), (6, 7, "C")]
-    assert repairs == [(UNTERMINATED, 0, 1, "A"), (ORPHAN, 3, 3, "B"), (UNTERMINATED, 3, 4, "B"),
-                       (UNTERMINATED, 6, 7, "C")]
+    assert repairs == [
+        (UNTERMINATED, 0, 1, "A"),
+        (ORPHAN, 3, 3, "B"),
+        (UNTERMINATED, 3, 4, "B"),
+        (UNTERMINATED, 6, 7, "C"),
+    ]
     repairs.clear()
     assert tags_to_spans("bio", ["I-A", "B-A", "O"], lambda *r: repairs.append(r)) == [(0, 1, "A"), (1, 2, "A")]
     assert repairs == [(ORPHAN, 0, 0, "A")]  # bio spans have no end tag: nothing is unterminated

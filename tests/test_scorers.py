@@ -1,17 +1,17 @@
 """Word scores against the training words: ``read_word_set`` and
 ``spacy_crf.words_scorer.v2`` (OOV and IV recall at every dev evaluation)."""
+
 import pytest
 import spacy
+from _configs import JOINT_CONFIG, WORDS
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Config
 
 from spacy_crf.corpora import read_word_set
-from spacy_crf.pipeline.scorers import score_words
 from spacy_crf.doc_keys import NO_GOLD_WORDS
-
-from _configs import JOINT_CONFIG, WORDS
+from spacy_crf.pipeline.scorers import score_words
 
 
 def word_doc(vocab, words):
@@ -52,8 +52,10 @@ def examples_with_words(nlp, gold_and_pred):
 
 # gold words: 张三 去 上海 | 李四 在 广州 工作; training words: WORDS (张三 去 上海 我 在 北京 工作 今天 天气 好)
 # predicted: 张三 去 上 海 | 李四 在 广 州 工作 -> IV found 张三 去 在 工作 (4 of 5), OOV found 李四 (1 of 2)
-GOLD_AND_PRED = [(["张三", "去", "上海"], ["张三", "去", "上", "海"]),
-                 (["李四", "在", "广州", "工作"], ["李四", "在", "广", "州", "工作"])]
+GOLD_AND_PRED = [
+    (["张三", "去", "上海"], ["张三", "去", "上", "海"]),
+    (["李四", "在", "广州", "工作"], ["李四", "在", "广", "州", "工作"]),
+]
 
 
 def test_v2_scores_oov_and_iv_recall_against_the_training_words(tmp_path):
@@ -88,9 +90,12 @@ def test_v2_reads_the_list_at_the_first_scoring_and_warns_if_it_is_missing(tmp_p
 
 def test_a_config_passes_its_training_words_to_the_segmenter_scorer(tmp_path):
     path = write_train(tmp_path / "train.spacy")
-    cfg = Config().from_str(JOINT_CONFIG + '\n[paths]\ntrain_words = null\n'
-                            '\n[components.segmenter.scorer]\n@scorers = "spacy_crf.words_scorer.v2"\n'
-                            'iv_words = ${paths.train_words}\n', overrides={"paths.train_words": str(path)})
+    cfg = Config().from_str(
+        JOINT_CONFIG + "\n[paths]\ntrain_words = null\n"
+        '\n[components.segmenter.scorer]\n@scorers = "spacy_crf.words_scorer.v2"\n'
+        "iv_words = ${paths.train_words}\n",
+        overrides={"paths.train_words": str(path)},
+    )
     nlp = spacy.util.load_model_from_config(cfg, auto_fill=True, validate=True)
     scores = nlp.get_pipe("segmenter").score(examples_with_words(nlp, GOLD_AND_PRED))
     assert scores["words_oov_recall"] == pytest.approx(1 / 2)

@@ -1,6 +1,7 @@
 """The GlobalPointer span head's maths (spacy_crf.ml.span_model): scores, RoPE, the
 multilabel categorical cross-entropy checked by enumerating cells, its
 gradient, decoding, and the projection layer's parameters."""
+
 import math
 
 import numpy
@@ -9,8 +10,8 @@ import torch
 from thinc.api import noop
 
 from spacy_crf.ml import span_model as span
-from spacy_crf.training.optimizers import grouped_adam
 from spacy_crf.ml.span_model import NEGATIVE, POSITIVE, UNKNOWN
+from spacy_crf.training.optimizers import grouped_adam
 
 
 def head(n_labels=2, width=4, rope=True):
@@ -30,9 +31,9 @@ def brute_rope(vector, position):
 
 
 def brute_score(projection, i, j, label, n_labels, width, rope):
-    q = [float(x) for x in projection[i, label * width:(label + 1) * width]]
+    q = [float(x) for x in projection[i, label * width : (label + 1) * width]]
     offset = n_labels * width + label * width
-    k = [float(x) for x in projection[j, offset:offset + width]]
+    k = [float(x) for x in projection[j, offset : offset + width]]
     if rope:
         q, k = brute_rope(q, i), brute_rope(k, j)
     return sum(a * b for a, b in zip(q, k)) / math.sqrt(width)
@@ -63,8 +64,7 @@ def brute_loss(projections, gold, n_labels, width, rope, max_length):
 def random_case(lengths, n_labels=2, width=4, seed=0):
     rng = numpy.random.RandomState(seed)
     projections = [rng.normal(0, 1, (n, 2 * n_labels * width)).astype("f") for n in lengths]
-    gold = [rng.choice([POSITIVE, NEGATIVE, NEGATIVE, UNKNOWN], size=(n_labels, n, n)).astype("int8")
-            for n in lengths]
+    gold = [rng.choice([POSITIVE, NEGATIVE, NEGATIVE, UNKNOWN], size=(n_labels, n, n)).astype("int8") for n in lengths]
     return projections, gold
 
 
@@ -104,8 +104,9 @@ def test_scores_match_brute_force_and_rope_sees_only_relative_position():
     for label in range(2):
         for i in range(4):
             for j in range(i, 4):
-                assert table[label, i, j] == pytest.approx(brute_score(projections[0], i, j, label, 2, 4, True),
-                                                           rel=1e-4, abs=1e-5)
+                assert table[label, i, j] == pytest.approx(
+                    brute_score(projections[0], i, j, label, 2, 4, True), rel=1e-4, abs=1e-5
+                )
     same = numpy.tile(projections[0][:1], (5, 1))  # every token alike: scores depend on j - i only
     table = span.all_scores(head(), [same])[0]
     assert numpy.allclose(table[0, 0, 2], [table[0, 1, 3], table[0, 2, 4]], atol=1e-5)
@@ -134,8 +135,11 @@ def test_predict_spans_thresholds_and_orders_best_first():
         preds = span.predict_spans(model, projections, max_length=max_length, threshold=0.0)
         assert preds[1] == []
         for table, found in zip([tables[0], tables[2]], [preds[0], preds[2]]):
-            expected = {(i, j + 1, l) for l, i, j in zip(*numpy.nonzero(table > 0))
-                        if j >= i and (not max_length or j - i < max_length)}
+            expected = {
+                (i, j + 1, l)
+                for l, i, j in zip(*numpy.nonzero(table > 0))
+                if j >= i and (not max_length or j - i < max_length)
+            }
             assert {(s, e, l) for s, e, l, _ in found} == expected
             assert [p[3] for p in found] == sorted((p[3] for p in found), reverse=True)
             assert all(table[l, s, e - 1] == pytest.approx(score) for s, e, l, score in found)
@@ -192,8 +196,9 @@ def test_max_spans_keeps_the_best_predictions_of_each_doc(max_length):
     every = span.predict_spans(model, projections, max_length=max_length, threshold=-1e9)
     caps = [5, 5, 0, 4]
     for max_cells in (span.MAX_CELLS, 30):  # the whole batch at once, and each doc in blocks
-        capped = span.predict_spans(model, projections, max_length=max_length, threshold=-1e9,
-                                    max_cells=max_cells, max_spans=caps)
+        capped = span.predict_spans(
+            model, projections, max_length=max_length, threshold=-1e9, max_cells=max_cells, max_spans=caps
+        )
         for cap, all_preds, kept in zip(caps, every, capped):
             expected = all_preds[:cap] if cap else all_preds
             assert [p[:3] for p in kept] == [p[:3] for p in expected]

@@ -1,18 +1,18 @@
 """The span_ner component: nested entities learned from span groups and
 doc.ents, the overlap rule for doc.ents, gold cells, scoring, serialization,
 empty and 1-character docs, and a listener on a shared transformer."""
+
 import numpy
 import pytest
 import spacy
+from _configs import LISTENERS, NER_DATA, SMALL_TOK2VEC, TRAIN_CFG, pipeline_config
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 from thinc.api import Config
 
-from spacy_crf.training.optimizers import grouped_adam
 from spacy_crf.ml.span_model import NEGATIVE, POSITIVE, UNKNOWN
 from spacy_crf.pipeline.span_ner import gold_cells, write_greedy_entities
-
-from _configs import LISTENERS, NER_DATA, SMALL_TOK2VEC, TRAIN_CFG, pipeline_config
+from spacy_crf.training.optimizers import grouped_adam
 
 #: nested gold (span group "sc"): 北京大学 ORG contains 北京 LOC
 NESTED = [
@@ -199,16 +199,19 @@ def test_factory_settings_and_errors():
 def test_span_ner_listens_to_a_shared_transformer_beside_a_segmenter(tiny_bert_dir, tmp_path):
     text = pipeline_config([("segmenter", "crf_segmenter", "")], name=tiny_bert_dir)
     text = text.replace('"segmenter"]', '"segmenter", "span_ner"]')
-    text += ('\n[components.span_ner]\nfactory = "span_ner"\n\n[components.span_ner.model]\n'
-             '@architectures = "spacy_crf.SpanPointer.v1"\nwidth = 8\n'
-             + LISTENERS["transformer"].replace("{component}", "span_ner"))
+    text += (
+        '\n[components.span_ner]\nfactory = "span_ner"\n\n[components.span_ner.model]\n'
+        '@architectures = "spacy_crf.SpanPointer.v1"\nwidth = 8\n'
+        + LISTENERS["transformer"].replace("{component}", "span_ner")
+    )
     config = Config().from_str(text).merge(Config().from_str(TRAIN_CFG))
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     assert "span_ner" in nlp.get_pipe("transformer").listening_components
     examples = nested_examples(nlp, NESTED[:2])
     optimizer = nlp.initialize(lambda: examples)
-    embeddings = next(shim._model for node in nlp.get_pipe("transformer").model.walk()
-                      for shim in node.shims).embeddings.word_embeddings.weight
+    embeddings = next(
+        shim._model for node in nlp.get_pipe("transformer").model.walk() for shim in node.shims
+    ).embeddings.word_embeddings.weight
     before = embeddings.detach().clone()
     for _ in range(3):
         losses = nlp.update(examples, sgd=optimizer, losses={})
@@ -230,21 +233,26 @@ def test_spacy_training_loop_with_nested_gold_in_a_docbin(tmp_path):
     from spacy.tokens import DocBin
 
     nlp = span_nlp()
-    DocBin(docs=[eg.reference for eg in nested_examples(nlp) + ents_examples(nlp)],
-           store_user_data=True).to_disk(tmp_path / "train.spacy")
+    DocBin(docs=[eg.reference for eg in nested_examples(nlp) + ents_examples(nlp)], store_user_data=True).to_disk(
+        tmp_path / "train.spacy"
+    )
     config = Config().from_str(TRAIN_CFG, interpolate=False)
     config["nlp"] = {"lang": "zh", "pipeline": ["span_ner"]}
     config["components"] = {"span_ner": {"factory": "span_ner", "model": span_model(width=8)}}
     filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
     filled.to_disk(tmp_path / "config.cfg")
-    spacy_train(tmp_path / "config.cfg", tmp_path / "out", overrides={
-        "paths.train": str(tmp_path / "train.spacy"), "paths.dev": str(tmp_path / "train.spacy")})
+    spacy_train(
+        tmp_path / "config.cfg",
+        tmp_path / "out",
+        overrides={"paths.train": str(tmp_path / "train.spacy"), "paths.dev": str(tmp_path / "train.spacy")},
+    )
     meta = spacy.util.load_meta(tmp_path / "out" / "model-best" / "meta.json")
     assert meta["performance"]["spans_sc_f"] is not None and meta["performance"]["ents_f"] is not None
     assert spacy.load(tmp_path / "out" / "model-last").get_pipe("span_ner").labels == ("LOC", "ORG", "PER")
 
 
 # --- load checks, shared with crf_tagger (pipeline/load_checks.py) --------------------
+
 
 def _rewrite_cfg(path, fix):
     import json
@@ -259,18 +267,27 @@ def test_span_ner_truncated_or_empty_weights_name_the_file(trained, tmp_path):
         trained.to_disk(tmp_path / name)
         weights = tmp_path / name / "span_ner" / "model"
         weights.write_bytes(cut(weights.read_bytes()))
-        with pytest.raises(ValueError, match=rf"\[span_ner\] cannot load the weights file '.*{name}.span_ner.model': it is {name}"):
+        with pytest.raises(
+            ValueError, match=rf"\[span_ner\] cannot load the weights file '.*{name}.span_ner.model': it is {name}"
+        ):
             spacy.load(tmp_path / name)
     data = trained.get_pipe("span_ner").to_bytes()
     with pytest.raises(ValueError, match=r"\[span_ner\] cannot load from bytes"):
         span_nlp().get_pipe("span_ner").from_bytes(data[: len(data) // 2])
 
 
-@pytest.mark.parametrize("what,fix,message", [
-    ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
-    ("one label more", lambda cfg: cfg["labels"].append("GPE"), r"score 3 labels \(output width\) but the labels give 4"),
-    ("one label less", lambda cfg: cfg["labels"].pop(), r"score 3 labels .* labels give 2"),
-])
+@pytest.mark.parametrize(
+    "what,fix,message",
+    [
+        ("labels missing", lambda cfg: cfg.pop("labels"), "its cfg has no 'labels'"),
+        (
+            "one label more",
+            lambda cfg: cfg["labels"].append("GPE"),
+            r"score 3 labels \(output width\) but the labels give 4",
+        ),
+        ("one label less", lambda cfg: cfg["labels"].pop(), r"score 3 labels .* labels give 2"),
+    ],
+)
 def test_span_ner_cfg_that_does_not_match_the_weights_fails_at_load_time(trained, tmp_path, what, fix, message):
     trained.to_disk(tmp_path / "m")
     _rewrite_cfg(tmp_path / "m" / "span_ner", fix)
@@ -299,7 +316,10 @@ def test_span_ner_nan_weights_fail_at_load_time(trained, tmp_path):
         data = pipe.to_bytes()
     finally:
         layer.set_param("span_end_W", W)
-    with pytest.raises(ValueError, match=rf"\[span_ner\] cannot load directory .*'span_end_W' of layer 'span_projection' has {W.size} NaN"):
+    with pytest.raises(
+        ValueError,
+        match=rf"\[span_ner\] cannot load directory .*'span_end_W' of layer 'span_projection' has {W.size} NaN",
+    ):
         spacy.load(tmp_path / "m")
     with pytest.raises(ValueError, match=r"\[span_ner\] cannot load bytes: .*'span_end_W'"):
         span_nlp().get_pipe("span_ner").from_bytes(data)
@@ -309,8 +329,11 @@ def test_span_ner_permuted_labels_fail_at_load_time(trained, tmp_path):
     labels = list(trained.get_pipe("span_ner").labels)
     trained.to_disk(tmp_path / "m")
     _rewrite_cfg(tmp_path / "m" / "span_ner", lambda cfg: cfg.update(labels=labels[1:] + labels[:1]))
-    with pytest.raises(ValueError, match=r"\[span_ner\] cannot load directory '.*m.span_ner': output 0 of the "
-                                         rf"weights is '{labels[0]}' but '{labels[1]}' .*the labels are in another order"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[span_ner\] cannot load directory '.*m.span_ner': output 0 of the "
+        rf"weights is '{labels[0]}' but '{labels[1]}' .*the labels are in another order",
+    ):
         spacy.load(tmp_path / "m")
     import srsly
 
@@ -332,7 +355,9 @@ def test_span_ner_saved_without_the_label_order_still_loads_with_a_warning(train
         model.attrs[OUTPUTS_ATTR] = saved
     with pytest.warns(UserWarning, match=r"\[span_ner\] directory .*saved without the order of their outputs"):
         loaded = spacy.load(tmp_path / "m")
-    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [(e.text, e.label_) for e in trained("张三去上海").ents]
+    assert [(e.text, e.label_) for e in loaded("张三去上海").ents] == [
+        (e.text, e.label_) for e in trained("张三去上海").ents
+    ]
 
 
 def test_a_diverging_finite_loss_warns_once():
@@ -364,6 +389,7 @@ def test_a_converging_loss_does_not_warn():
 
 
 # --- bounded output ------------------------------------------------------------------
+
 
 def test_span_ner_default_max_length_is_finite():
     from spacy_crf.pipeline.span_ner import DEFAULT_MAX_LENGTH

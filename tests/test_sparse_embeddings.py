@@ -4,20 +4,20 @@ Training with a sparse gradient and GroupedAdam's lazy rows must give the same
 weights as the lazy update of the dense gradient; without a lazy optimizer the
 gradient is made dense, with a warning, and the update is thinc's dense one.
 """
+
 import warnings
 
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, write_ner_training_files
+from conftest import hf_model, tiny_ner_pipeline
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
 from spacy_crf.training.freeze import torch_shims
 from spacy_crf.training.optimizers import grouped_adam
 from spacy_crf.training.sparse_embeddings import SparseRowsShim, sparse_embeddings
-
-from _configs import NER_DATA, write_ner_training_files
-from conftest import hf_model, tiny_ner_pipeline
 
 TABLE = "embeddings.word_embeddings.weight"
 LAYER = "encoder.layer.0.attention.self.query.weight"
@@ -63,7 +63,9 @@ def test_the_sparse_path_calls_update_rows_with_the_batchs_rows(tiny_bert_dir):
     sparse_embeddings(nlp, [TABLE])
     calls = []
     update_rows = optimizer.update_rows
-    optimizer.update_rows = lambda key, w, rows, g, **kw: calls.append(set(rows.tolist())) or update_rows(key, w, rows, g, **kw)
+    optimizer.update_rows = lambda key, w, rows, g, **kw: (
+        calls.append(set(rows.tolist())) or update_rows(key, w, rows, g, **kw)
+    )
     for _ in range(2):
         nlp.update(examples, sgd=optimizer)
     trf = nlp.get_pipe("transformer").model
@@ -135,10 +137,26 @@ def test_spacy_train_takes_the_callback_and_lazy_rows_as_overrides(train_config,
     config, corpus = train_config
     sparse = '{"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": ["%s"]}' % TABLE
     result = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
-         "--paths.train", str(corpus), "--paths.dev", str(corpus),
-         "--training.optimizer.lazy_rows", f'["{TABLE}"]', "--initialize.after_init", sparse],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(config),
+            "--output",
+            str(tmp_path / "out"),
+            "--paths.train",
+            str(corpus),
+            "--paths.dev",
+            str(corpus),
+            "--training.optimizer.lazy_rows",
+            f'["{TABLE}"]',
+            "--initialize.after_init",
+            sparse,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "lazy_rows" not in result.stderr  # no densifying warning
@@ -156,9 +174,24 @@ def test_the_training_step_benchmark_runs_every_variant(train_config, tmp_path):
     config, corpus = train_config
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_train_step.py"
     result = subprocess.run(
-        [sys.executable, str(script), str(config), "--steps", "2", "--warmup", "1",
-         "--output", str(tmp_path / "bench.json"), "--paths.train", str(corpus), "--paths.dev", str(corpus)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(script),
+            str(config),
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--output",
+            str(tmp_path / "bench.json"),
+            "--paths.train",
+            str(corpus),
+            "--paths.dev",
+            str(corpus),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "[sparse] sparse gradients: transformer:embeddings.word_embeddings.weight" in result.stdout

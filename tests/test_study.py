@@ -1,16 +1,16 @@
 """The study's central claim on a tiny synthetic task: with emissions fixed,
 a CRF trained at a learning rate where transitions barely move learns nothing
 about the tag grammar, and the CRF learning-rate multiplier fixes that."""
+
 import numpy
 import pytest
 import spacy
-
-from spacy_crf.ml.tagger_model import CRF, crf_loss, decode
-from spacy_crf.training.optimizers import grouped_adam
-from spacy_crf.ml.schemes import make_tags, transition_mask
-from spacy_crf.ml.transitions import TransitionTable
-
 from study_measures import emission_margins, mean_and_spread, record_run, transition_emission_ratio
+
+from spacy_crf.ml.schemes import make_tags, transition_mask
+from spacy_crf.ml.tagger_model import CRF, crf_loss, decode
+from spacy_crf.ml.transitions import TransitionTable
+from spacy_crf.training.optimizers import grouped_adam
 
 TAGS = make_tags("bmes", [])
 MASK = transition_mask("bmes", TAGS)
@@ -47,8 +47,9 @@ def _train_frozen(multiplier, init_seed=0, steps=60, base_lr=1e-4):
         _, d_scores = crf_loss(model, emissions, gold, MASK, constrain_training=False)
         backprop(d_scores)
         model.finish_update(optimizer)
-    table = TransitionTable(TAGS, model.get_param("crf_transitions"), model.get_param("crf_start"),
-                            model.get_param("crf_end"), MASK)
+    table = TransitionTable(
+        TAGS, model.get_param("crf_transitions"), model.get_param("crf_start"), model.get_param("crf_end"), MASK
+    )
     test_gold, test_emissions = _task(1, n_docs=200)
     # decode without constraints: accuracy must come from what was learned
     predicted = decode(model, test_emissions, constraints=None)
@@ -80,7 +81,9 @@ def test_multiplier_raises_validity():
 
 def test_frozen_emissions_crf_1000x_decodes_better_than_1x(runs):
     (_, acc_1, emissions, _), (_, acc_1000, _, _) = runs[1.0], runs[1000.0]
-    argmax = float(numpy.mean(numpy.concatenate([e.argmax(1) == g for e, g in zip(emissions, _task(1, n_docs=200)[0])])))
+    argmax = float(
+        numpy.mean(numpy.concatenate([e.argmax(1) == g for e, g in zip(emissions, _task(1, n_docs=200)[0])]))
+    )
     assert acc_1 < argmax + 0.03  # barely-moved transitions add (almost) nothing
     assert acc_1000 > acc_1 + 0.05
 
@@ -114,13 +117,28 @@ def test_record_run_on_a_pipeline():
 
 
 def _fake_record(task, depth, head, multiplier, seed, f1, validity=None, ratio=None):
-    record = {"task": task, "depth": depth, "head": head, "multiplier": multiplier, "seed": seed, "f1": f1,
-              "scheme": "bmes", "train_seconds": 10.0}
+    record = {
+        "task": task,
+        "depth": depth,
+        "head": head,
+        "multiplier": multiplier,
+        "seed": seed,
+        "f1": f1,
+        "scheme": "bmes",
+        "train_seconds": 10.0,
+    }
     if head == "crf":
         rng = numpy.random.default_rng(seed)
-        record.update(validity=validity, transition_emission_ratio=ratio,
-                      transitions={"tags": TAGS, "transitions": rng.normal(size=(4, 4)).tolist(),
-                                   "start": [0.0] * 4, "end": [0.0] * 4})
+        record.update(
+            validity=validity,
+            transition_emission_ratio=ratio,
+            transitions={
+                "tags": TAGS,
+                "transitions": rng.normal(size=(4, 4)).tolist(),
+                "start": [0.0] * 4,
+                "end": [0.0] * 4,
+            },
+        )
     return record
 
 
@@ -152,9 +170,14 @@ def test_study_report(tmp_path):
     line = next(line for line in reading(invalid) if "Claim 2 (cws, 12 layers)" in line)
     assert "did not hold" in line and "Ranked wrong most often at x1000 (runs of 2)" in line
     # a gain no larger than the spread over seeds does not count
-    noisy = [dict(r, f1=0.861 + 0.02 * r["seed"]) if r["head"] == "crf" and r["multiplier"] == 1000
-             and r["depth"] == 1 else dict(r, f1=0.86 + 0.02 * r["seed"]) if r["head"] == "crf" and r["depth"] == 1
-             else r for r in records]
+    noisy = [
+        dict(r, f1=0.861 + 0.02 * r["seed"])
+        if r["head"] == "crf" and r["multiplier"] == 1000 and r["depth"] == 1
+        else dict(r, f1=0.86 + 0.02 * r["seed"])
+        if r["head"] == "crf" and r["depth"] == 1
+        else r
+        for r in records
+    ]
     line = next(line for line in reading(noisy) if "Claim 3 (cws, 1 layer)" in line)
     assert line.startswith("- **Claim 3 (cws, 1 layer): held in part.**") and "within the seed spread" in line
     # nothing learned at all is inconclusive, and claim 1 needs a full-depth run

@@ -1,12 +1,12 @@
 """project/scripts/train.py: the recipe of a run, and --reuse copying a finished
 run with the same recipe instead of training again."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import srsly
-
 import train
 
 
@@ -21,8 +21,18 @@ def inputs(tmp_path, monkeypatch):
 
 
 def argv(output, *extra):
-    return ["train.py", "joint.cfg", output, "--encoder", "enc", "--paths.train", "train.spacy",
-            "--training.max_steps", "10", *extra]
+    return [
+        "train.py",
+        "joint.cfg",
+        output,
+        "--encoder",
+        "enc",
+        "--paths.train",
+        "train.spacy",
+        "--training.max_steps",
+        "10",
+        *extra,
+    ]
 
 
 def run_main(monkeypatch, args):
@@ -40,10 +50,12 @@ def run_main(monkeypatch, args):
 
 
 def test_the_recipe_ignores_the_output_but_not_file_contents(inputs):
-    first = train.recipe("joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy",
-                                                      train.LOG_OPTION, "a/train_log.jsonl"])
-    other_output = train.recipe("joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy",
-                                                             train.LOG_OPTION, "b/train_log.jsonl"])
+    first = train.recipe(
+        "joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy", train.LOG_OPTION, "a/train_log.jsonl"]
+    )
+    other_output = train.recipe(
+        "joint.cfg", "enc", -1, "", ["--paths.train", "train.spacy", train.LOG_OPTION, "b/train_log.jsonl"]
+    )
     assert first == other_output
     assert set(first["files"]) == {"joint.cfg", "train.spacy", "enc/config.json"}
     (inputs / "train.spacy").write_bytes(b"corpus v2")
@@ -98,8 +110,13 @@ def test_auto_preloads_jemalloc_unless_told_otherwise(monkeypatch):
 @pytest.mark.skipif(train.find_jemalloc() is None, reason="no jemalloc on this system")
 def test_the_preloaded_jemalloc_is_the_one_the_child_process_runs():
     env = train.allocator_env("jemalloc", {})
-    maps = subprocess.run([sys.executable, "-c", "print(open('/proc/self/maps').read())"],
-                          env=env, capture_output=True, text=True, check=True).stdout
+    maps = subprocess.run(
+        [sys.executable, "-c", "print(open('/proc/self/maps').read())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "jemalloc" in maps
 
 
@@ -118,7 +135,8 @@ def test_lazy_embeddings_reach_spacy_train_and_the_recipe(inputs, monkeypatch):
     assert srsly.json_loads(cmd[at + 1]) == ["embeddings.word_embeddings.weight"]
     at = cmd.index("--initialize.after_init")
     assert srsly.json_loads(cmd[at + 1]) == {
-        "@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": ["embeddings.word_embeddings.weight"]
+        "@callbacks": "spacy_crf.sparse_embeddings.v1",
+        "patterns": ["embeddings.word_embeddings.weight"],
     }
     meta = srsly.read_json(inputs / "lazy" / "train_meta.json")
     assert "--training.optimizer.lazy_rows" in meta["recipe"]["overrides"]
@@ -146,7 +164,7 @@ def test_the_variant_flags_replace_what_the_config_says(inputs, monkeypatch):
     (inputs / "joint.cfg").write_text(LAZY_CFG, encoding="utf8")
     cmd = run_main(monkeypatch, argv("plain", "--lazy-embeddings", "false", "--autocast", "none"))[0]
     at = cmd.index("--training.optimizer.lazy_rows")
-    overrides = parse_config_overrides(cmd[at:at + 6])
+    overrides = parse_config_overrides(cmd[at : at + 6])
     loaded = load_config(inputs / "joint.cfg", overrides=overrides, interpolate=False)
     assert loaded["training"]["optimizer"]["lazy_rows"] == []
     assert loaded["initialize"]["after_init"] is None and loaded["initialize"]["before_init"] is None
@@ -179,8 +197,12 @@ def test_the_variant_flags_refuse_to_replace_another_callback(inputs, monkeypatc
         '\n[initialize.before_init]\n@callbacks = "other.v1"\n',
         encoding="utf8",
     )
-    for flag in (["--lazy-embeddings", "true"], ["--lazy-embeddings", "false"], ["--autocast", "bfloat16"],
-                 ["--autocast", "none"]):
+    for flag in (
+        ["--lazy-embeddings", "true"],
+        ["--lazy-embeddings", "false"],
+        ["--autocast", "bfloat16"],
+        ["--autocast", "none"],
+    ):
         with pytest.raises(SystemExit, match="already has another callback"):
             run_main(monkeypatch, argv("variant", *flag))
     (inputs / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
@@ -214,12 +236,37 @@ def test_overrides_that_repeat_the_config_are_dropped(inputs):
     # would train another model than `spacy train CONFIG` does
     (inputs / "joint.cfg").write_text(
         "[paths]\ntrain = null\n\n[system]\nseed = 0\n\n[training]\nmax_steps = 10\nseed = ${system.seed}\n"
-        "flag = true\n\n[training.optimizer]\nrate = 3e-4\nmultiplier = 100.0\n", encoding="utf8")
-    same = ["--training.max_steps", "10", "--training.optimizer.rate", "0.0003", "--system.seed", "0",
-            "--training.optimizer.multiplier", "100", "--training.flag", "true"]
+        "flag = true\n\n[training.optimizer]\nrate = 3e-4\nmultiplier = 100.0\n",
+        encoding="utf8",
+    )
+    same = [
+        "--training.max_steps",
+        "10",
+        "--training.optimizer.rate",
+        "0.0003",
+        "--system.seed",
+        "0",
+        "--training.optimizer.multiplier",
+        "100",
+        "--training.flag",
+        "true",
+    ]
     assert train.drop_unchanged("joint.cfg", same) == []
-    differ = ["--training.max_steps", "20", "--training.optimizer.rate", "0.001", "--paths.train", "t.spacy",
-              "--training.seed", "1", "--training.flag", "1", "--training.new", "0", "--some-flag"]
+    differ = [
+        "--training.max_steps",
+        "20",
+        "--training.optimizer.rate",
+        "0.001",
+        "--paths.train",
+        "t.spacy",
+        "--training.seed",
+        "1",
+        "--training.flag",
+        "1",
+        "--training.new",
+        "0",
+        "--some-flag",
+    ]
     assert train.drop_unchanged("joint.cfg", differ) == differ
     assert train.drop_unchanged("joint.cfg", same + differ) == differ
 

@@ -1,19 +1,24 @@
 """project/scripts/training_curve.py: one run's dev scores at every
 evaluation (OOV and IV recall included), as a table, JSON, plot and README block."""
+
 import json
 
 import pytest
 import srsly
-from typer.testing import CliRunner
-import typer
-
 import training_curve
+import typer
 from training_curve import read_evaluations, summarize
+from typer.testing import CliRunner
 
 # step, score, word F, OOV recall, IV recall, entity F: OOV recall peaks at step 200,
 # the weighted score at steps 300 and 400 (a tie: spaCy keeps the later one)
-ROWS = [(0, 0.01, 10.0, 5.0, 11.0, 0.5), (100, 0.70, 90.0, 70.0, 91.0, 60.0), (200, 0.80, 93.0, 78.0, 94.0, 70.0),
-        (300, 0.85, 94.0, 76.0, 95.5, 78.0), (400, 0.85, 94.5, 75.5, 96.0, 76.0)]
+ROWS = [
+    (0, 0.01, 10.0, 5.0, 11.0, 0.5),
+    (100, 0.70, 90.0, 70.0, 91.0, 60.0),
+    (200, 0.80, 93.0, 78.0, 94.0, 70.0),
+    (300, 0.85, 94.0, 76.0, 95.5, 78.0),
+    (400, 0.85, 94.5, 75.5, 96.0, 76.0),
+]
 README = "# x\n\n<!-- TRAINING_CURVE -->\nold\n<!-- /TRAINING_CURVE -->\n"
 
 
@@ -26,9 +31,20 @@ def run_dir(tmp_path):
     run = tmp_path / "training" / "joint"
     (run / "model-last").mkdir(parents=True)
     (run / "model-last" / "config.cfg").write_text("[corpora]\n\n[corpora.dev]\nlimit = 50\n", encoding="utf8")
-    srsly.write_jsonl(run / "train_log.times.jsonl", [
-        {"step": s, "seconds": 60 * (i + 1), "cpu_seconds": 110.0 * (i + 1), "threads": 2, "score": sc,
-         "scores": scores(*rest)} for i, (s, sc, *rest) in enumerate(ROWS)])
+    srsly.write_jsonl(
+        run / "train_log.times.jsonl",
+        [
+            {
+                "step": s,
+                "seconds": 60 * (i + 1),
+                "cpu_seconds": 110.0 * (i + 1),
+                "threads": 2,
+                "score": sc,
+                "scores": scores(*rest),
+            }
+            for i, (s, sc, *rest) in enumerate(ROWS)
+        ],
+    )
     return run
 
 
@@ -62,7 +78,9 @@ def test_the_command_writes_table_json_plot_and_readme(run_dir, tmp_path, monkey
     assert md.strip() in readme.read_text(encoding="utf8") and "old" not in readme.read_text(encoding="utf8")
 
     readme.write_text(README, encoding="utf8")  # a smoke run never touches the README
-    result = CliRunner().invoke(app, [str(run_dir), "--output", str(out), "--readme", str(readme), "--profile", "smoke"])
+    result = CliRunner().invoke(
+        app, [str(run_dir), "--output", str(out), "--readme", str(readme), "--profile", "smoke"]
+    )
     assert result.exit_code == 0 and readme.read_text(encoding="utf8") == README
 
 
@@ -70,9 +88,13 @@ def test_spacy_log_without_timing_or_oov(tmp_path):
     """An older run: spaCy's train_log.jsonl only, no OOV recall logged."""
     run = tmp_path / "run"
     run.mkdir()
-    srsly.write_jsonl(run / "train_log.jsonl", [
-        {"epoch": 0, "step": s, "score": sc, "scores": {"words_f": w, "ents_f": e}, "losses": {}}
-        for s, sc, w, _, _, e in ROWS])
+    srsly.write_jsonl(
+        run / "train_log.jsonl",
+        [
+            {"epoch": 0, "step": s, "score": sc, "scores": {"words_f": w, "ents_f": e}, "losses": {}}
+            for s, sc, w, _, _, e in ROWS
+        ],
+    )
     points = read_evaluations(run)
     assert points[1]["cpu_seconds"] is None and points[1]["words_oov_recall"] is None
     summary = summarize(points)

@@ -1,17 +1,17 @@
 """The intended use: a transformer (here a tiny random BERT saved locally)
 feeding crf_tagger through a listener."""
+
 import subprocess
 import sys
 
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
 from spacy.training import Example
 from thinc.api import Config
 
 from spacy_crf.training.optimizers import grouped_adam
-
-from _configs import NER_DATA, PIPELINE_CFG, write_ner_training_files
 
 
 def make_nlp(name):
@@ -81,9 +81,22 @@ def test_multiprocessing_with_transformer(trained):
 def test_spacy_train_with_grouped_optimizer(tiny_bert_dir, tmp_path):
     write_ner_training_files(tiny_bert_dir, tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "spacy", "train", str(tmp_path / "config.cfg"), "--output", str(tmp_path / "out"),
-         "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy")],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "train",
+            str(tmp_path / "config.cfg"),
+            "--output",
+            str(tmp_path / "out"),
+            "--paths.train",
+            str(tmp_path / "train.spacy"),
+            "--paths.dev",
+            str(tmp_path / "train.spacy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "out" / "model-last" / "crf_tagger" / "model").exists()

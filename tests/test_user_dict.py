@@ -2,17 +2,17 @@
 gazetteer entities added to trained taggers at load time, forced through the
 tag mask or as a prior; conflicts, whitespace, respect_ents, serialization
 and the settings file."""
+
 import numpy
 import pytest
 import spacy
+from _configs import NER_DATA, WORDS, crf_model_config
+from conftest import trained_segmenter
 from spacy.tokens import Doc, Span
 from spacy.training import Example
 from spacy.util import fix_random_seed
 
 from spacy_crf.pipeline.user_dict import UserDictConflict, read_user_dict
-
-from _configs import NER_DATA, WORDS, crf_model_config
-from conftest import trained_segmenter
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
 
@@ -102,9 +102,12 @@ def test_a_forced_word_inside_a_longer_forced_word_gives_way(nlp):
 def test_crossing_forced_words_are_an_error_naming_both_and_the_doc(nlp):
     segmenter = nlp.get_pipe("segmenter")
     segmenter.add_user_words(["中国大", "大学"])
-    with pytest.raises(UserDictConflict, match=r"\[segmenter\] the forced user words '中国大' \(add_user_words\) "
-                                               r"and '大学' \(add_user_words\) overlap in doc '我在中国大学', at "
-                                               r"characters 2-5 and 4-6"):
+    with pytest.raises(
+        UserDictConflict,
+        match=r"\[segmenter\] the forced user words '中国大' \(add_user_words\) "
+        r"and '大学' \(add_user_words\) overlap in doc '我在中国大学', at "
+        r"characters 2-5 and 4-6",
+    ):
         nlp("我在中国大学")
     assert words(nlp("中国大")) == ["中国大"]  # no conflict where only one occurs
     segmenter.add_user_words(["大学"], mode="prior")  # one of them a prior: no conflict
@@ -181,8 +184,7 @@ def test_a_prior_word_tips_a_close_call_and_no_more(nlp):
 
 def test_training_never_sees_the_user_dict(nlp):
     segmenter = nlp.get_pipe("segmenter")
-    examples = [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
-                for w in SEG_WORDS]
+    examples = [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in SEG_WORDS]
     without = segmenter.update(examples, sgd=None, losses={})[segmenter.name]
     segmenter.add_user_words(["三去上", "北京工"])
     segmenter.add_user_words(["天气好"], mode="prior", weight=50.0)
@@ -232,8 +234,11 @@ def test_bio_forced_entity_is_not_extended_by_the_next_token():
 def test_crossing_forced_entities_are_an_error_naming_both(ner):
     tagger = ner.get_pipe("ner")
     tagger.add_user_entities([("广州大", "LOC"), ("大学", "PER")])
-    with pytest.raises(UserDictConflict, match=r"\[ner\] the forced user entities '广州大' \(LOC\).*"
-                                               r"'大学' \(PER\).*doc '去广州大学'"):
+    with pytest.raises(
+        UserDictConflict,
+        match=r"\[ner\] the forced user entities '广州大' \(LOC\).*"
+        r"'大学' \(PER\).*doc '去广州大学'",
+    ):
         ner("去广州大学")
 
 
@@ -254,8 +259,11 @@ def test_a_prior_user_entity_biases_its_tags(ner):
 
 def test_user_entities_with_a_label_the_tagger_lacks_are_refused(ner):
     tagger = ner.get_pipe("ner")
-    with pytest.raises(ValueError, match=r"\[ner\] the user entity '广州大学' \(ORG\) \(add_user_entities\) has a "
-                                         r"label this tagger does not predict; its labels are \['LOC', 'PER'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"\[ner\] the user entity '广州大学' \(ORG\) \(add_user_entities\) has a "
+        r"label this tagger does not predict; its labels are \['LOC', 'PER'\]",
+    ):
         tagger.add_user_entities([("广州大学", "ORG")])
     assert len(tagger.user_dict) == 0
 
@@ -356,8 +364,10 @@ def test_the_user_dict_setting_reads_a_file_at_load_time(nlp, ner, tmp_path):
 def test_user_dict_files_are_checked_naming_the_line(tmp_path):
     path = tmp_path / "d.txt"
     path.write_text("\ufeff大学 force\n学生 prior 0.5\n", encoding="utf8")
-    assert read_user_dict(path, "bmes") == [("大学", None, "force", None, f"user dictionary {str(path)!r}, line 1"),
-                                            ("学生", None, "prior", 0.5, f"user dictionary {str(path)!r}, line 2")]
+    assert read_user_dict(path, "bmes") == [
+        ("大学", None, "force", None, f"user dictionary {str(path)!r}, line 1"),
+        ("学生", None, "prior", 0.5, f"user dictionary {str(path)!r}, line 2"),
+    ]
     path.write_text("大学\n学生 3 n\n", encoding="utf8")  # jieba's "word freq tag": not this format
     with pytest.raises(ValueError, match=r"d.txt', line 2: expected WORD \[force\|prior \[WEIGHT\]\]"):
         read_user_dict(path, "bmes")

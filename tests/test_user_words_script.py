@@ -1,16 +1,16 @@
 """project/scripts/user_words.py: unseen dev words the segmenter splits,
 added as user words, segmented before and after, on a small trained pipeline."""
+
 from pathlib import Path
 
 import pytest
 import spacy
 import srsly
 import typer
-from spacy.tokens import DocBin
-from typer.testing import CliRunner
-
 from _configs import PROBE_WORDS
 from conftest import load_script, write_probe_inputs
+from spacy.tokens import DocBin
+from typer.testing import CliRunner
 
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "user_words.py"
 
@@ -60,9 +60,21 @@ def test_cli_prints_before_and_after_and_writes_json(script, inputs, tmp_path):
     app = typer.Typer()
     app.command()(script.main)
     out = tmp_path / "user_words.json"
-    result = CliRunner().invoke(app, [str(inputs / "pipeline"), str(inputs / "dev.spacy"), "--words",
-                                      str(inputs / "train.spacy"), "--mode", "prior", "--weight", "50",
-                                      "--output", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            str(inputs / "pipeline"),
+            str(inputs / "dev.spacy"),
+            "--words",
+            str(inputs / "train.spacy"),
+            "--mode",
+            "prior",
+            "--weight",
+            "50",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| word | occurrences | whole before | whole after |" in result.output
     assert "before " in result.output and "after  " in result.output

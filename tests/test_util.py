@@ -1,5 +1,6 @@
 """spacy_crf.util: the output rules every command follows (no output over an
 input or another output, atomic files and directories) and numeric checks."""
+
 import os
 
 import pytest

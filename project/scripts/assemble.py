@@ -37,6 +37,7 @@ The words are saved in the pipeline; weight 0 ships no lexicon.
 ``--quantize qint8|float16`` stores the encoder's linear layers as int8 or float16
 (:func:`spacy_crf.encoders.quantize.quantize_pipeline`), for faster CPU inference.
 """
+
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -46,8 +47,8 @@ import typer
 from spacy.language import Language
 from wasabi import msg
 
-from spacy_crf.pipeline.lexicon import read_lexicon
 from spacy_crf.files import OutputPathError, atomic_dir, check_output_dir, check_output_paths
+from spacy_crf.pipeline.lexicon import read_lexicon
 from spacy_crf.pipeline.scorers import score_words
 
 # The factories of spacy_crf.pipeline.crf_tagger.CRFTagger: the general one and its variants.
@@ -63,8 +64,11 @@ def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: st
             raise ValueError(f"{what}: no component {name!r} in {nlp.pipe_names}")
         found = [name]
     else:
-        found = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory in CRF_FACTORIES
-                 and nlp.get_pipe(n).cfg.get("scheme") in schemes]
+        found = [
+            n
+            for n in nlp.pipe_names
+            if nlp.get_pipe_meta(n).factory in CRF_FACTORIES and nlp.get_pipe(n).cfg.get("scheme") in schemes
+        ]
     if len(found) != 1:
         raise ValueError(f"{what}: expected one crf_tagger with scheme {' or '.join(schemes)}, found {found}")
     if nlp.get_pipe(found[0]).cfg.get("scheme") not in schemes:
@@ -82,10 +86,19 @@ def _owns_listeners(nlp: Language, component: str) -> None:
                 nlp.replace_listeners(name, component, ["model.tok2vec"])
 
 
-def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "crf_pipeline",
-             version: str = "0.1.0", segmenter: Optional[str] = None, ner: Optional[str] = None,
-             words: str = "split", quantize: str = "none", lexicon: Optional[Path] = None,
-             lexicon_weight: float = 0.0) -> Language:
+def assemble(
+    cws_model: Path,
+    ner_model: Optional[Path] = None,
+    *,
+    name: str = "crf_pipeline",
+    version: str = "0.1.0",
+    segmenter: Optional[str] = None,
+    ner: Optional[str] = None,
+    words: str = "split",
+    quantize: str = "none",
+    lexicon: Optional[Path] = None,
+    lexicon_weight: float = 0.0,
+) -> Language:
     """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs).
 
     cws_model: a joint model (segmenter + NER tagger on one transformer), or
@@ -113,8 +126,9 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
     for t in trf:
         nlp.add_pipe("transformer", name=t, source=cws_nlp)
     nlp.add_pipe(seg_name, name="segmenter", source=cws_nlp)
-    nlp.add_pipe(ner_name, name="crf_ner", source=ner_nlp,
-                 **({"before": "segmenter"} if words == "respect_ents" else {}))
+    nlp.add_pipe(
+        ner_name, name="crf_ner", source=ner_nlp, **({"before": "segmenter"} if words == "respect_ents" else {})
+    )
     if words == "respect_ents":
         # the pipe's cfg wins over config.cfg when a saved pipeline loads: set both
         # (nlp.config is rebuilt at each access; the pipe's own config is kept)
@@ -137,19 +151,23 @@ def assemble(cws_model: Path, ner_model: Optional[Path] = None, *, name: str = "
         from spacy_crf.encoders.quantize import quantize_pipeline
 
         quantize_pipeline(nlp, dtype=quantize)
-    nlp.meta.update({
-        "name": name,
-        "version": version,
-        "description": "Chinese word segmentation and NER with linear-chain CRFs over transformer "
-                       "features (spacy-crf); tokens are the predicted words, doc.ents the entities",
-        "sources": [{"name": "segmenter", "path": str(cws_model)},
-                    {"name": "crf_ner", "path": str(ner_model or cws_model)}],
-        "words_and_entities": words,
-        "quantized": None if quantize == "none" else quantize,
-        "lexicon": lexicon_meta,
-        "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
-        "performance": {},
-    })
+    nlp.meta.update(
+        {
+            "name": name,
+            "version": version,
+            "description": "Chinese word segmentation and NER with linear-chain CRFs over transformer "
+            "features (spacy-crf); tokens are the predicted words, doc.ents the entities",
+            "sources": [
+                {"name": "segmenter", "path": str(cws_model)},
+                {"name": "crf_ner", "path": str(ner_model or cws_model)},
+            ],
+            "words_and_entities": words,
+            "quantized": None if quantize == "none" else quantize,
+            "lexicon": lexicon_meta,
+            "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
+            "performance": {},
+        }
+    )
     return nlp
 
 
@@ -166,8 +184,10 @@ def lexicon_weight_from(lexicon: Optional[Path], weight: Optional[float], tuning
         try:
             weight = float(srsly.read_json(tuning)["chosen"]["weight"])
         except Exception as e:
-            raise ValueError(f"--lexicon-tuning {str(tuning)!r}: no chosen weight in it "
-                             f"(a lexicon_tune.py output?): {type(e).__name__}: {e}") from None
+            raise ValueError(
+                f"--lexicon-tuning {str(tuning)!r}: no chosen weight in it "
+                f"(a lexicon_tune.py output?): {type(e).__name__}: {e}"
+            ) from None
     if weight is None:
         raise ValueError("--lexicon needs --lexicon-weight or --lexicon-tuning")
     if not weight >= 0:
@@ -190,17 +210,41 @@ def save_pipeline(nlp: Language, output: Path, *, inputs=(), force: bool = False
 
 
 def assemble_cli(
-    model: Path = typer.Argument(..., exists=True, help="Joint model (segmenter + NER), or the segmentation model with --ner"),
-    output: Path = typer.Argument(..., help="Directory to write the assembled pipeline to (replaced if it is an earlier pipeline)"),
+    model: Path = typer.Argument(
+        ..., exists=True, help="Joint model (segmenter + NER), or the segmentation model with --ner"
+    ),
+    output: Path = typer.Argument(
+        ..., help="Directory to write the assembled pipeline to (replaced if it is an earlier pipeline)"
+    ),
     ner_model: Optional[Path] = typer.Option(None, "--ner", exists=True, help="A separately trained NER model"),
     name: str = typer.Option("crf_pipeline", "--name", help="Pipeline name (package: zh_NAME)"),
     version: str = typer.Option("0.1.0", "--version", help="Pipeline version"),
-    force: bool = typer.Option(False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"),
-    words: str = typer.Option("split", "--words", help="Where a word and an entity disagree: split | keep_words | respect_ents (see the module docs)"),
-    quantize: str = typer.Option("none", "--quantize", help="none | qint8 | float16: dynamic quantization of the encoder's linear layers (faster CPU inference)"),
-    lexicon: Optional[Path] = typer.Option(None, "--lexicon", exists=True, dir_okay=False, help="Word list for the segmenter's decoding (scripts/lexicon.py's words.txt)"),
-    lexicon_weight: Optional[float] = typer.Option(None, "--lexicon-weight", help="The lexicon's weight (0: no lexicon)"),
-    lexicon_tuning: Optional[Path] = typer.Option(None, "--lexicon-tuning", exists=True, dir_okay=False, help="scripts/lexicon_tune.py's JSON: its chosen weight"),
+    force: bool = typer.Option(
+        False, "--force", help="Replace OUTPUT even if it is a non-empty directory that is not a pipeline"
+    ),
+    words: str = typer.Option(
+        "split",
+        "--words",
+        help="Where a word and an entity disagree: split | keep_words | respect_ents (see the module docs)",
+    ),
+    quantize: str = typer.Option(
+        "none",
+        "--quantize",
+        help="none | qint8 | float16: dynamic quantization of the encoder's linear layers (faster CPU inference)",
+    ),
+    lexicon: Optional[Path] = typer.Option(
+        None,
+        "--lexicon",
+        exists=True,
+        dir_okay=False,
+        help="Word list for the segmenter's decoding (scripts/lexicon.py's words.txt)",
+    ),
+    lexicon_weight: Optional[float] = typer.Option(
+        None, "--lexicon-weight", help="The lexicon's weight (0: no lexicon)"
+    ),
+    lexicon_tuning: Optional[Path] = typer.Option(
+        None, "--lexicon-tuning", exists=True, dir_okay=False, help="scripts/lexicon_tune.py's JSON: its chosen weight"
+    ),
 ) -> None:
     """Put the segmenter and the NER tagger into one pipeline and save it.
 
@@ -213,8 +257,16 @@ def assemble_cli(
         check_output_paths([model, ner_model], [], output_dirs=[output])
         check_output_dir(output, marker="meta.json", force=force)
         weight = lexicon_weight_from(lexicon, lexicon_weight, lexicon_tuning)
-        nlp = assemble(model, ner_model, name=name, version=version, words=words, quantize=quantize,
-                       lexicon=lexicon, lexicon_weight=weight)
+        nlp = assemble(
+            model,
+            ner_model,
+            name=name,
+            version=version,
+            words=words,
+            quantize=quantize,
+            lexicon=lexicon,
+            lexicon_weight=weight,
+        )
         texts = ["张三在北京大学工作。"]
         doc = nlp(texts[0])
         save_pipeline(nlp, output, inputs=[model, ner_model], force=force)

@@ -18,6 +18,7 @@ P/R/F and OOV recall as the CRF. While training, the tagger is scored the same
 way (``spacy_crf.bmes_tag_words_scorer.v1`` in configs/cws_softmax.cfg), so its
 dev curve and ``model-best`` are on word F like the CRF segmenter's.
 """
+
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List
 

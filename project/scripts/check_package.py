@@ -16,6 +16,7 @@ directory, on a few sentences: tokens are the words, ``doc.text`` is
 unchanged, the merge step keeps every entity, and ``nlp.pipe(...,
 n_process=2)`` gives the same result.
 """
+
 import glob
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 import typer
 from script_cli import run_app, script_app
 
-CHECK = r'''
+CHECK = r"""
 import os
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # n_process=2 forks after tokenizing
 import importlib.metadata as md, spacy
@@ -57,15 +58,17 @@ many = [t for t in texts if t] * 100
 start = time.perf_counter(); list(nlp.pipe(many, batch_size=128)); seconds = time.perf_counter() - start
 print(f"whole pipeline: {sum(map(len, many)) / seconds:,.0f} chars/s on {len(many)} short sentences")
 print("OK: spacy.load('zh_crf_pipeline'), text unchanged, entities kept by the merge, n_process=2")
-'''
+"""
 
 
 app = script_app()
 
 
 @app.command(help=__doc__)
-def check_package_cli(packages: str = typer.Option("packages", "--packages", help="the package step's output folder"),
-                      venv: str = typer.Option("check-venv", "--venv", help="the virtual environment to create")) -> None:
+def check_package_cli(
+    packages: str = typer.Option("packages", "--packages", help="the package step's output folder"),
+    venv: str = typer.Option("check-venv", "--venv", help="the virtual environment to create"),
+) -> None:
     sdists = sorted(glob.glob(str(Path(packages) / "zh_crf_pipeline-*" / "dist" / "zh_crf_pipeline-*.tar.gz")))
     if not sdists:
         sys.exit(f"no zh_crf_pipeline sdist under {packages}")
@@ -73,12 +76,30 @@ def check_package_cli(packages: str = typer.Option("packages", "--packages", hel
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     parent_site = sysconfig.get_paths()["purelib"]
     Path(site, "_parent_env.pth").write_text(f"import site; site.addsitedir({parent_site!r})\n", encoding="utf8")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                    "--target", site, sdists[-1]], check=True)
+    subprocess.run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            site,
+            sdists[-1],
+        ],
+        check=True,
+    )
     with tempfile.TemporaryDirectory() as cwd:  # not the project dir: load the installed package
         subprocess.run([str(py), "-c", CHECK], check=True, cwd=cwd)
     print(f"installed {Path(sdists[-1]).name} into {venv} and loaded it")

@@ -20,19 +20,19 @@ each task got, per head and seed. Each row also says what the
 runs were trained with (steps, peak learning rate, the step model-best came
 from), so that a table from a reduced budget cannot pass for the default.
 """
+
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import srsly
-from spacy.util import load_config
-
 from evaluate import evaluate
 from readme_block import replace_block
 from script_cli import run_app, script_app
 from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
+from spacy.util import load_config
 
-from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.files import write_json_atomic, write_text_atomic
+from spacy_crf.plots import finish_axes, save_figure, subplots
 
 # (model dir, label, tasks it is scored on)
 HEADS = [
@@ -57,9 +57,11 @@ def run_settings(run_dir: Path) -> Dict[str, Optional[float]]:
     rows = [r for r in srsly.read_jsonl(log) if r.get("score") is not None] if log.exists() else []
     best = max(rows, key=lambda r: r["score"])["step"] if rows else None
     peak = rate.get("initial_rate") if isinstance(rate, dict) else rate
-    return {"max_steps": training["max_steps"],
-            "learn_rate": float(f"{peak:.6g}") if isinstance(peak, float) else peak,  # 3e-4, not 0.00030000000000000003
-            "best_step": best}
+    return {
+        "max_steps": training["max_steps"],
+        "learn_rate": float(f"{peak:.6g}") if isinstance(peak, float) else peak,  # 3e-4, not 0.00030000000000000003
+        "best_step": best,
+    }
 
 
 def joined(values: List, fmt: str = "{:,}") -> str:
@@ -89,21 +91,25 @@ def compare_table(results: Dict[str, Dict[str, Dict[str, Dict]]], profile: str, 
         ner = [r["scores"]["ents_f"] for r in by_task.get("ner", {}).values()]
         settings = [runs[s]["settings"] for s in seeds]
         train_s = [(runs[s].get("train") or {}).get("train_seconds") for s in seeds]
-        rows.append(f"| {label} | {cell(cws)} | {cell(oov)} | {cell(ner)} | {len(seeds)} ({', '.join(seeds)}) | "
-                    f"{joined([st['max_steps'] for st in settings])} | "
-                    f"{joined([st['learn_rate'] for st in settings], '{:g}')} | "
-                    f"{per_seed([st['best_step'] for st in settings])} | {per_seed(train_s, '{:,.0f}')} |")
-    return "\n".join([
-        f"Profile `{profile}`; SXU word F on {splits['cws']}, MSRA entity F on {splits['ner']}; "
-        "mean ± half-range over the seeds. `steps`: training steps of each run (a joint step mixes "
-        "both tasks, so a joint model gets half of them per task); `best step`: where model-best "
-        "was saved, and `train s`: wall seconds of training, per seed. "
-        "Written by `spacy project run compare-report`.",
-        "",
-        "| head | SXU word F | SXU OOV recall | MSRA entity F | seeds | steps | peak lr | best step | train s |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *rows,
-    ])
+        rows.append(
+            f"| {label} | {cell(cws)} | {cell(oov)} | {cell(ner)} | {len(seeds)} ({', '.join(seeds)}) | "
+            f"{joined([st['max_steps'] for st in settings])} | "
+            f"{joined([st['learn_rate'] for st in settings], '{:g}')} | "
+            f"{per_seed([st['best_step'] for st in settings])} | {per_seed(train_s, '{:,.0f}')} |"
+        )
+    return "\n".join(
+        [
+            f"Profile `{profile}`; SXU word F on {splits['cws']}, MSRA entity F on {splits['ner']}; "
+            "mean ± half-range over the seeds. `steps`: training steps of each run (a joint step mixes "
+            "both tasks, so a joint model gets half of them per task); `best step`: where model-best "
+            "was saved, and `train s`: wall seconds of training, per seed. "
+            "Written by `spacy project run compare-report`.",
+            "",
+            "| head | SXU word F | SXU OOV recall | MSRA entity F | seeds | steps | peak lr | best step | train s |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
 
 
 def dev_curve(run_dir: Path, task: str, joint: bool) -> List[Tuple[float, float]]:
@@ -114,8 +120,11 @@ def dev_curve(run_dir: Path, task: str, joint: bool) -> List[Tuple[float, float]
     if not log.exists():
         return []
     per_task = 0.5 if joint else 1.0
-    return [(row["step"] * per_task, row["scores"][KEY[task]]) for row in srsly.read_jsonl(log)
-            if (row.get("scores") or {}).get(KEY[task]) is not None]
+    return [
+        (row["step"] * per_task, row["scores"][KEY[task]])
+        for row in srsly.read_jsonl(log)
+        if (row.get("scores") or {}).get(KEY[task]) is not None
+    ]
 
 
 def plot_curves(seed_dirs: List[Path], title: str, path: Path) -> None:
@@ -131,10 +140,20 @@ def plot_curves(seed_dirs: List[Path], title: str, path: Path) -> None:
                 points = dev_curve(seed_dir / head, task, head in JOINT)
                 if points:
                     x, y = zip(*points)
-                    ax.plot(x, y, color=colours[head], marker=".", alpha=0.9 if i == 0 else 0.55,
-                            label=label if i == 0 else None)
-        finish_axes(ax, f"training steps on {CORPUS[task].upper()} (a joint step counts half)",
-                    f"dev {'word' if task == 'cws' else 'entity'} F (docs scored while training)", legend_size=7)
+                    ax.plot(
+                        x,
+                        y,
+                        color=colours[head],
+                        marker=".",
+                        alpha=0.9 if i == 0 else 0.55,
+                        label=label if i == 0 else None,
+                    )
+        finish_axes(
+            ax,
+            f"training steps on {CORPUS[task].upper()} (a joint step counts half)",
+            f"dev {'word' if task == 'cws' else 'entity'} F (docs scored while training)",
+            legend_size=7,
+        )
     save_figure(fig, path, title=title)
 
 
@@ -142,8 +161,12 @@ app = script_app()
 
 
 @app.command(help=__doc__)
-def compare_report_cli(out: str = out_option(), eval_limit: int = eval_limit_option(), readme: str = readme_option(),
-                   profile: str = profile_option()) -> None:
+def compare_report_cli(
+    out: str = out_option(),
+    eval_limit: int = eval_limit_option(),
+    readme: str = readme_option(),
+    profile: str = profile_option(),
+) -> None:
     manifest, seed_dirs = report_inputs(out, eval_limit, Path(out) / "training" / "compare", "compare")
     root = Path(out)
     results: Dict[str, Dict[str, Dict[str, Dict]]] = {}
@@ -157,20 +180,28 @@ def compare_report_cli(out: str = out_option(), eval_limit: int = eval_limit_opt
             for task in tasks:
                 entry = manifest[CORPUS[task]]
                 words = Path(entry["dictionary"]) if task == "cws" else None
-                result = evaluate(task, model, Path(entry["eval"]), words=words, split=entry["eval_split"],
-                                  name=f"{seed_dir.name}/{head}:{CORPUS[task]}", limit=eval_limit)
+                result = evaluate(
+                    task,
+                    model,
+                    Path(entry["eval"]),
+                    words=words,
+                    split=entry["eval_split"],
+                    name=f"{seed_dir.name}/{head}:{CORPUS[task]}",
+                    limit=eval_limit,
+                )
                 results.setdefault(head, {}).setdefault(task, {})[seed_dir.name] = {
-                    "scores": result["scores"], "train": result["train"], "split": entry["eval_split"],
-                    "settings": settings}
+                    "scores": result["scores"],
+                    "train": result["train"],
+                    "split": entry["eval_split"],
+                    "settings": settings,
+                }
                 print(f"{seed_dir.name} {head} {task}: {KEY[task]} = {result['scores'][KEY[task]]}")
     table = compare_table(results, profile, {task: manifest[c]["eval_split"] for task, c in CORPUS.items()})
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / "compare.json", {"profile": profile, "eval_limit": eval_limit,
-                                                "results": results})
+    write_json_atomic(metrics / "compare.json", {"profile": profile, "eval_limit": eval_limit, "results": results})
     write_text_atomic(metrics / "compare.md", table + "\n")
-    plot_curves(seed_dirs, f"compare: dev F while training, per head and seed ({profile})",
-                metrics / "compare.png")
+    plot_curves(seed_dirs, f"compare: dev F while training, per head and seed ({profile})", metrics / "compare.png")
     print(table)
     if readme and profile != "smoke":  # smoke runs never touch the committed README
         replace_block(Path(readme), "COMPARE", table)

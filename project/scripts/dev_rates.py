@@ -19,14 +19,15 @@ held-back test files; re-measured here when the test file is in
 ``--assets``), and writes everything as JSON. The carve of the project is
 the one whose rates come closest to the test's.
 """
+
 import statistics
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import typer
+from convert_corpora import CORPORA
 from spacy.vocab import Vocab
 
-from convert_corpora import CORPORA
 from spacy_crf.corpora import read_corpus
 from spacy_crf.corpora.rates import doc_mentions, doc_words, oov_rate, seen_entity_rate
 from spacy_crf.corpora.split import carve_dev, dev_size
@@ -61,7 +62,7 @@ def carve(items: Sequence[list], how: str, ratio: float, seed: int):
     last docs of the file: one contiguous held-out stretch, seed-independent)."""
     if how == "tail":
         n_dev = dev_size(len(items), ratio)
-        return list(items[: len(items) - n_dev]), list(items[len(items) - n_dev:])
+        return list(items[: len(items) - n_dev]), list(items[len(items) - n_dev :])
     if how == "lines":
         return carve_dev(items, ratio, seed, carve="lines")
     return carve_dev(items, ratio, seed, carve="blocks", block_size=int(how.split(":", 1)[1]))
@@ -76,18 +77,18 @@ def summarize(values: List[float]) -> Dict[str, float]:
     }
 
 
-def measure(task: str, items: Sequence[list], carves: Sequence[str], seeds: Sequence[int],
-            ratio: float) -> Dict[str, dict]:
+def measure(
+    task: str, items: Sequence[list], carves: Sequence[str], seeds: Sequence[int], ratio: float
+) -> Dict[str, dict]:
     """For each carve, the rates of each seed and their summary."""
     out: Dict[str, dict] = {}
     for how in carves:
         per_seed = {}
-        for seed in ([0] if how == "tail" else seeds):
+        for seed in [0] if how == "tail" else seeds:
             train, dev = carve(items, how, ratio, seed)
             per_seed[str(seed)] = rates(task, train, dev)
         keys = [k for k, v in next(iter(per_seed.values())).items() if k.endswith("_rate") and v is not None]
-        out[how] = {"seeds": per_seed,
-                    "summary": {k: summarize([r[k] for r in per_seed.values()]) for k in keys}}
+        out[how] = {"seeds": per_seed, "summary": {k: summarize([r[k] for r in per_seed.values()]) for k in keys}}
     return out
 
 
@@ -99,8 +100,9 @@ def fmt_cell(summary: Optional[Dict[str, float]]) -> str:
 
 
 def main(
-    assets: Path = typer.Option(Path("assets"), "--assets", help="Folder of the corpus files (as fetched)", exists=True,
-                                file_okay=False),
+    assets: Path = typer.Option(
+        Path("assets"), "--assets", help="Folder of the corpus files (as fetched)", exists=True, file_okay=False
+    ),
     out: Path = typer.Option(..., "--out", help="JSON file to write"),
     corpora: str = typer.Option("sxu,msra,cluener", "--corpora", help="Corpora with a carved dev split"),
     block_sizes: str = typer.Option("20,50,100,200,500,1000", "--block-sizes", help="Block sizes to measure"),
@@ -126,14 +128,19 @@ def main(
     names = [c for c in corpora.split(",") if c]
     unknown = [c for c in names if c not in table]
     if unknown:
-        raise typer.BadParameter(f"{', '.join(unknown)}: not a corpus with a carved dev ({', '.join(table)})",
-                                 param_hint="--corpora")
+        raise typer.BadParameter(
+            f"{', '.join(unknown)}: not a corpus with a carved dev ({', '.join(table)})", param_hint="--corpora"
+        )
     result: Dict[str, dict] = {"dev_ratio": dev_ratio, "seeds": seed_list, "limit": limit, "corpora": {}}
     for name in names:
         task, fmt, train_rel, test_rel = table[name]
         items = corpus_features(task, fmt, assets / train_rel, limit or None)
-        entry: Dict[str, object] = {"task": task, "docs": len(items), "dev_docs": dev_size(len(items), dev_ratio),
-                                    "carves": measure(task, items, carves, seed_list, dev_ratio)}
+        entry: Dict[str, object] = {
+            "task": task,
+            "docs": len(items),
+            "dev_docs": dev_size(len(items), dev_ratio),
+            "carves": measure(task, items, carves, seed_list, dev_ratio),
+        }
         target = dict(TARGETS.get(name, {}))
         if test_rel and (assets / test_rel).exists():
             whole = corpus_features(task, fmt, assets / train_rel)
@@ -143,13 +150,14 @@ def main(
         entry["test"] = target
         result["corpora"][name] = entry
         keys = list(next(iter(entry["carves"].values()))["summary"])
-        typer.echo(f"\n{name} ({task}): {len(items):,} docs, dev {entry['dev_docs']:,}; "
-                   f"% mean ± sd over {len(seed_list)} seeds [min, max]")
+        typer.echo(
+            f"\n{name} ({task}): {len(items):,} docs, dev {entry['dev_docs']:,}; "
+            f"% mean ± sd over {len(seed_list)} seeds [min, max]"
+        )
         typer.echo(f"{'carve':<12}" + "".join(f"{k:>36}" for k in keys))
         for how, res in entry["carves"].items():
             typer.echo(f"{how:<12}" + "".join(f"{fmt_cell(res['summary'].get(k)):>36}" for k in keys))
-        typer.echo(f"{'test':<12}" + "".join(
-            f"{(f'{target[k] * 100:.2f}' if k in target else '-'):>36}" for k in keys))
+        typer.echo(f"{'test':<12}" + "".join(f"{(f'{target[k] * 100:.2f}' if k in target else '-'):>36}" for k in keys))
     write_json_atomic(out, result)
     typer.echo(f"\nwrote {out}")
 

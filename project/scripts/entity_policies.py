@@ -22,20 +22,20 @@ merge step in it is left out). Each reference text goes through the model
 once; every policy is computed from that output, so the figures differ only
 by the policy: word F on the word-tokenized file, entity F on the other.
 """
+
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import spacy
 import typer
+from script_cli import run_app, script_app
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, DocBin
 
 from spacy_crf.cli._app import check_option
+from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.merge_words import merge_words
 from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words
-from spacy_crf.files import write_json_atomic
-
-from script_cli import run_app, script_app
 
 POLICIES = ("split", "keep_words", "expand")
 Entity = Tuple[int, int, str]
@@ -79,8 +79,9 @@ def _prf(counts: PRFScore) -> Dict[str, float]:
     return {"p": counts.precision, "r": counts.recall, "f": counts.fscore}
 
 
-def score_policies(nlp, word_refs: List[Doc], ent_refs: List[Doc], spans_key: str = "words",
-                   batch_size: int = 128) -> Dict[str, Dict[str, Dict[str, float]]]:
+def score_policies(
+    nlp, word_refs: List[Doc], ent_refs: List[Doc], spans_key: str = "words", batch_size: int = 128
+) -> Dict[str, Dict[str, Dict[str, float]]]:
     """Word P/R/F on ``word_refs`` and entity P/R/F on ``ent_refs`` per policy,
     with the segmenter's own words and the NER model's own entities as
     ``model``."""
@@ -130,11 +131,14 @@ def entity_policies_cli(
     print("| policy | word F (P / R) | entity F (P / R) |\n|---|---|---|")
     for policy, s in table.items():
         w, e = s["words"], s["ents"]
-        print(f"| {policy} | {100 * w['f']:.2f} ({100 * w['p']:.2f} / {100 * w['r']:.2f}) "
-              f"| {100 * e['f']:.2f} ({100 * e['p']:.2f} / {100 * e['r']:.2f}) |")
+        print(
+            f"| {policy} | {100 * w['f']:.2f} ({100 * w['p']:.2f} / {100 * w['r']:.2f}) "
+            f"| {100 * e['f']:.2f} ({100 * e['p']:.2f} / {100 * e['r']:.2f}) |"
+        )
     if output:
-        write_json_atomic(output, {"model": str(model), "words": str(words), "ents": str(ents),
-                                   "limit": limit, "policies": table})
+        write_json_atomic(
+            output, {"model": str(model), "words": str(words), "ents": str(ents), "limit": limit, "policies": table}
+        )
 
 
 def main() -> None:

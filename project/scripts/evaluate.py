@@ -17,6 +17,7 @@ Every result records the speed (characters per second of ``nlp.pipe``), the
 hardware, and, when the model directory has a ``train_meta.json`` (written by
 the project's training step) or ``--train-meta`` is given, the training time.
 """
+
 import json
 import time
 from pathlib import Path
@@ -24,20 +25,19 @@ from typing import Any, Dict, List, Optional, Set
 
 import spacy
 import typer
+from baselines import words_from_tags
+from oov import oov_breakdown, summary_lines
 from spacy.language import Language
 from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
-
-from spacy_crf.corpora import read_word_set
-from spacy_crf.pipeline.scorers import score_words
-from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
-from spacy_crf.util import check_number
-from spacy_crf.hardware import hardware
 from wasabi import msg
 
-from baselines import words_from_tags
-from oov import oov_breakdown, summary_lines
+from spacy_crf.corpora import read_word_set
+from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
+from spacy_crf.hardware import hardware
+from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.util import check_number
 
 TASKS = ("cws", "ner")
 
@@ -50,12 +50,17 @@ def predict_docs(nlp: Language, refs: List[Doc], batch_size: int, n_process: int
     docs = list(nlp.pipe(texts, batch_size=batch_size, n_process=n_process))
     seconds = time.perf_counter() - start
     n_chars = sum(len(t) for t in texts)
-    return docs, {"docs": len(texts), "chars": n_chars, "seconds": round(seconds, 3),
-                  "chars_per_s": round(n_chars / seconds, 1) if seconds > 0 else None}
+    return docs, {
+        "docs": len(texts),
+        "chars": n_chars,
+        "seconds": round(seconds, 3),
+        "chars_per_s": round(n_chars / seconds, 1) if seconds > 0 else None,
+    }
 
 
-def evaluate_cws(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = None,
-                 spans_key: str = "words", batch_size: int = 128) -> Dict[str, Any]:
+def evaluate_cws(
+    nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]] = None, spans_key: str = "words", batch_size: int = 128
+) -> Dict[str, Any]:
     """Word P/R/F of ``nlp`` on word-tokenized ``refs``; with ``iv_words``
     also OOV/IV recall and where the OOV words are lost (``oov``:
     :func:`oov.oov_breakdown`)."""
@@ -91,9 +96,19 @@ def read_docbin(data: Path) -> DocBin:
     return docbin
 
 
-def evaluate(task: str, model: Path, data: Path, *, words: Optional[Path] = None,
-             split: str = "test", name: Optional[str] = None, train_meta: Optional[Path] = None,
-             note: str = "", limit: int = 0, batch_size: int = 128) -> Dict[str, Any]:
+def evaluate(
+    task: str,
+    model: Path,
+    data: Path,
+    *,
+    words: Optional[Path] = None,
+    split: str = "test",
+    name: Optional[str] = None,
+    train_meta: Optional[Path] = None,
+    note: str = "",
+    limit: int = 0,
+    batch_size: int = 128,
+) -> Dict[str, Any]:
     """Scores, speed, hardware and training record of ``model`` on ``data``.
     Settings and files are checked before the model is loaded; a missing or
     empty corpus or word list is a ``ValueError`` naming it."""
@@ -137,11 +152,20 @@ def evaluate_cli(
     model: Path = typer.Argument(..., help="Pipeline directory", exists=True),
     data: str = typer.Argument(..., help=".spacy corpus to score on, or with --manifest the name of a corpus in it"),
     output: str = typer.Option(..., "--output", "-o", help="JSON file to write; {split} is replaced by the split"),
-    manifest: Optional[Path] = typer.Option(None, "--manifest", exists=True, help="corpus/manifest.json of the corpus step: DATA names a corpus whose eval file, split and note are taken from it"),
-    words: Optional[Path] = typer.Option(None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall"),
+    manifest: Optional[Path] = typer.Option(
+        None,
+        "--manifest",
+        exists=True,
+        help="corpus/manifest.json of the corpus step: DATA names a corpus whose eval file, split and note are taken from it",
+    ),
+    words: Optional[Path] = typer.Option(
+        None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall"
+    ),
     split: str = typer.Option("test", "--split", help="What DATA is: test or dev (recorded)"),
     name: Optional[str] = typer.Option(None, "--name", help="Name of this result"),
-    train_meta: Optional[Path] = typer.Option(None, "--train-meta", help="JSON with the training time (default: MODEL/../train_meta.json)"),
+    train_meta: Optional[Path] = typer.Option(
+        None, "--train-meta", help="JSON with the training time (default: MODEL/../train_meta.json)"
+    ),
     note: str = typer.Option("", "--note", help="Free text recorded with the scores"),
     limit: int = typer.Option(0, "--limit", help="Score only the first N docs (0: all)"),
 ) -> None:
@@ -162,13 +186,18 @@ def evaluate_cli(
         output = Path(output.replace("{split}", split))
         meta = Path(train_meta) if train_meta else Path(model).parent / "train_meta.json"
         check_output_paths([model, data, words, manifest, meta], [output])
-        result = evaluate(task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta,
-                          note=note, limit=limit)
+        result = evaluate(
+            task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta, note=note, limit=limit
+        )
         write_json_atomic(output, result)
     except (OutputPathError, ValueError, OSError) as err:
         msg.fail(str(err), exits=1)
     s = result["scores"]
-    keys = ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"] if task == "cws" else ["ents_p", "ents_r", "ents_f"]
+    keys = (
+        ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"]
+        if task == "cws"
+        else ["ents_p", "ents_r", "ents_f"]
+    )
     shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)
     typer.echo(f"{result['name']} on {split} ({data}): {shown}; {result['speed']['chars_per_s']} chars/s -> {output}")
     if result.get("oov") and result["oov"]["oov_words"]:

@@ -16,6 +16,7 @@ Writes one JSON per score to ``ROOT/metrics/`` and the table
 ``ROOT/metrics/summary.md``; ``--readme`` also puts the table into that
 README between the ``<!-- METRICS -->`` markers.
 """
+
 from pathlib import Path
 
 import typer
@@ -29,8 +30,10 @@ from spacy_crf.files import write_json_atomic, write_text_atomic
 # (label, training dir); a model that was not trained is skipped. "joint" is the
 # default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are
 # the single-task CRF models of the train-cws / train-ner commands.
-MODELS = {"cws": [("CRF, joint", "joint"), ("CRF, single-task", "cws"), ("softmax (spaCy tagger)", "cws_softmax")],
-          "ner": [("CRF, joint", "joint"), ("CRF, single-task", "ner"), ("softmax (spaCy ner)", "ner_softmax")]}
+MODELS = {
+    "cws": [("CRF, joint", "joint"), ("CRF, single-task", "cws"), ("softmax (spaCy tagger)", "cws_softmax")],
+    "ner": [("CRF, joint", "joint"), ("CRF, single-task", "ner"), ("softmax (spaCy ner)", "ner_softmax")],
+}
 
 
 def pct(x):
@@ -41,9 +44,13 @@ app = script_app()
 
 
 @app.command(help=__doc__)
-def evaluate_all_cli(out: str = out_option(), eval_limit: int = eval_limit_option(), readme: str = readme_option(),
-                     profile: str = profile_option(),
-                     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to score on (-1: CPU)")) -> None:
+def evaluate_all_cli(
+    out: str = out_option(),
+    eval_limit: int = eval_limit_option(),
+    readme: str = readme_option(),
+    profile: str = profile_option(),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to score on (-1: CPU)"),
+) -> None:
     _, manifest = read_manifest(out, eval_limit)
     if readme and not Path(readme).is_file():
         raise typer.BadParameter(f"{readme}: no such file", param_hint="--readme")
@@ -65,9 +72,16 @@ def evaluate_all_cli(out: str = out_option(), eval_limit: int = eval_limit_optio
                 print(f"skip {model_dir} on {corpus}: {model} not trained")
                 continue
             note = entry.get("eval_note", "")
-            result = evaluate(task, model, Path(entry["eval"]), words=Path(entry["dictionary"]) if task == "cws" else None,
-                              split=entry["eval_split"], name=f"{model_dir}:{corpus}", note=note,
-                              limit=eval_limit)
+            result = evaluate(
+                task,
+                model,
+                Path(entry["eval"]),
+                words=Path(entry["dictionary"]) if task == "cws" else None,
+                split=entry["eval_split"],
+                name=f"{model_dir}:{corpus}",
+                note=note,
+                limit=eval_limit,
+            )
             result["profile"] = profile
             if eval_limit:
                 result["note"] = (note + f" Only the first {eval_limit} docs were scored.").strip()
@@ -82,16 +96,20 @@ def evaluate_all_cli(out: str = out_option(), eval_limit: int = eval_limit_optio
                 extra = ", ".join(f"{t} {pct(v['f'])}" for t, v in sorted((s.get("ents_per_type") or {}).items()))
             hw = result["hardware"]
             device = hw.get("gpu") or f"{hw.get('cpu_count')} CPU cores"
-            rows.append(f"| {task} | {corpus} ({entry['eval_split']}) | {label} | {score} | {extra} | "
-                        f"{result['speed']['chars_per_s']:,.0f} | {train.get('train_seconds', '–')} | {device} |")
+            rows.append(
+                f"| {task} | {corpus} ({entry['eval_split']}) | {label} | {score} | {extra} | "
+                f"{result['speed']['chars_per_s']:,.0f} | {train.get('train_seconds', '–')} | {device} |"
+            )
             print(rows[-1])
-    table = "\n".join([
-        f"Profile `{profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
-        "",
-        "| task | corpus (split) | model | score | OOV/IV recall or per-type F | chars/s | train s | hardware |",
-        "|---|---|---|---|---|---|---|---|",
-        *rows,
-    ])
+    table = "\n".join(
+        [
+            f"Profile `{profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
+            "",
+            "| task | corpus (split) | model | score | OOV/IV recall or per-type F | chars/s | train s | hardware |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     write_text_atomic(metrics / "summary.md", table + "\n")
     print(table)
     if readme and profile != "smoke":  # smoke runs never touch the committed README

@@ -31,25 +31,25 @@ send it; nothing from the reference reaches the pipeline.
 ``--set`` overrides the pipeline's config at load time (repeatable), e.g.
 the merge step's entity policy; the overrides are recorded in the output.
 """
+
 import json
 import time
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import spacy
 import srsly
 import typer
+from script_cli import run_app, script_app
 from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.merge_words import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
 from spacy_crf.pipeline.merge_words import char_entities
 from spacy_crf.pipeline.scorers import count_matches, predicted_words, reference_words, score_words
-from spacy_crf.files import write_json_atomic
-
-from script_cli import run_app, script_app
 
 
 def read_docs(path: Path, vocab, limit: int) -> List[Doc]:
@@ -68,8 +68,12 @@ def run(nlp, refs: List[Doc], batch_size: int) -> Tuple[List[Doc], Dict[str, Any
         if doc.text != text:  # the pipeline's own guarantee; a failure here is a bug
             raise SystemExit(f"the pipeline changed a doc's text: {text[:40]!r}")
     chars = sum(len(t) for t in texts)
-    return docs, {"docs": len(texts), "chars": chars, "seconds": round(seconds, 2),
-                  "chars_per_s": round(chars / seconds, 1) if seconds else None}
+    return docs, {
+        "docs": len(texts),
+        "chars": chars,
+        "seconds": round(seconds, 2),
+        "chars_per_s": round(chars / seconds, 1) if seconds else None,
+    }
 
 
 def merge_cuts(examples: Iterable[Example], spans_key: str = "words", top: int = 20) -> Dict[str, Any]:
@@ -93,8 +97,12 @@ def merge_cuts(examples: Iterable[Example], spans_key: str = "words", top: int =
             inside = [e.label_ for e in doc.ents if start < e.start_char < end or start < e.end_char < end]
             labels[inside[0] if inside else "(none)"] += 1
             shown.setdefault(word, "|".join(t.text for t in doc if start <= t.idx < end))
-    return {"right_words_cut": sum(cut.values()), "by_label": dict(labels.most_common()),
-            "words_made_right": made_right, "top": [[w, c, shown[w]] for w, c in cut.most_common(top)]}
+    return {
+        "right_words_cut": sum(cut.values()),
+        "by_label": dict(labels.most_common()),
+        "words_made_right": made_right,
+        "top": [[w, c, shown[w]] for w, c in cut.most_common(top)],
+    }
 
 
 def parse_overrides(items: List[str]) -> Dict[str, Any]:
@@ -110,15 +118,25 @@ def parse_overrides(items: List[str]) -> Dict[str, Any]:
     return overrides
 
 
-def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Optional[Path] = None,
-                      overrides: Optional[Dict[str, Any]] = None, limit: int = 0, batch_size: int = 128,
-                      spans_key: str = "words") -> Dict[str, Any]:
+def evaluate_pipeline(
+    pipeline: str,
+    words: Path,
+    ents: Path,
+    *,
+    dictionary: Optional[Path] = None,
+    overrides: Optional[Dict[str, Any]] = None,
+    limit: int = 0,
+    batch_size: int = 128,
+    spans_key: str = "words",
+) -> Dict[str, Any]:
     nlp = spacy.load(pipeline, config=overrides or {})
     word_refs = read_docs(words, nlp.vocab, limit)
     ent_refs = read_docs(ents, nlp.vocab, limit)
     vocab_words = None
     if dictionary is not None:
-        vocab_words = {t.text for doc in DocBin().from_disk(dictionary).get_docs(nlp.vocab) for t in doc if not t.is_space}
+        vocab_words = {
+            t.text for doc in DocBin().from_disk(dictionary).get_docs(nlp.vocab) for t in doc if not t.is_space
+        }
 
     word_docs, word_speed = run(nlp, word_refs, batch_size)
     word_examples = [Example(d, r) for d, r in zip(word_docs, word_refs)]
@@ -135,9 +153,13 @@ def evaluate_pipeline(pipeline: str, words: Path, ents: Path, *, dictionary: Opt
         for doc, ref in zip(ent_docs, ent_refs):
             pred = {(s, e, label) for s, e, label, _, _ in char_entities(doc, UNALIGNED)}
             count_matches(prf, {(e.start_char, e.end_char, e.label_) for e in ref.ents}, pred)
-        all_entities = {"ents_p": prf.precision, "ents_r": prf.recall, "ents_f": prf.fscore,
-                        "unaligned_key": UNALIGNED,
-                        "unaligned": sum(len(d.spans[UNALIGNED]) for d in ent_docs if UNALIGNED in d.spans)}
+        all_entities = {
+            "ents_p": prf.precision,
+            "ents_r": prf.recall,
+            "ents_f": prf.fscore,
+            "unaligned_key": UNALIGNED,
+            "unaligned": sum(len(d.spans[UNALIGNED]) for d in ent_docs if UNALIGNED in d.spans),
+        }
     return {
         "pipeline": pipeline,
         "components": nlp.pipe_names,
@@ -160,11 +182,19 @@ app = script_app()
 @app.command(help=__doc__)
 def evaluate_pipeline_cli(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="installed package name or pipeline directory"),
-    words_name: str = typer.Option(..., "--words", help=".spacy docs whose tokens are the gold words (a corpus name with --manifest)"),
+    words_name: str = typer.Option(
+        ..., "--words", help=".spacy docs whose tokens are the gold words (a corpus name with --manifest)"
+    ),
     ents_name: str = typer.Option(..., "--ents", help=".spacy docs with gold entities (a corpus name with --manifest)"),
-    manifest_path: Optional[Path] = typer.Option(None, "--manifest", help="the corpus step's manifest.json: --words/--ents are corpus names"),
-    dictionary: Optional[Path] = typer.Option(None, "--dictionary", help=".spacy training corpus whose words are the IV dictionary"),
-    overrides: List[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="override the pipeline's config at load time (repeatable)"),
+    manifest_path: Optional[Path] = typer.Option(
+        None, "--manifest", help="the corpus step's manifest.json: --words/--ents are corpus names"
+    ),
+    dictionary: Optional[Path] = typer.Option(
+        None, "--dictionary", help=".spacy training corpus whose words are the IV dictionary"
+    ),
+    overrides: List[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE", help="override the pipeline's config at load time (repeatable)"
+    ),
     limit: int = typer.Option(0, "--limit", help="first N docs of each file (0: all)"),
     batch_size: int = typer.Option(128, "--batch-size"),
     output: Path = typer.Option(..., "--output"),
@@ -188,25 +218,35 @@ def evaluate_pipeline_cli(
             raise SystemExit(f"{path}: no such file")
     if output.resolve() in {p.resolve() for p in (words, ents, dictionary) if p is not None}:
         raise SystemExit(f"--output {output} is an input file")
-    result = evaluate_pipeline(pipeline, words, ents, dictionary=dictionary,
-                               overrides=parse_overrides(overrides), limit=limit,
-                               batch_size=batch_size)
+    result = evaluate_pipeline(
+        pipeline,
+        words,
+        ents,
+        dictionary=dictionary,
+        overrides=parse_overrides(overrides),
+        limit=limit,
+        batch_size=batch_size,
+    )
     result["split"] = split
     output.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(output, result)
     w, e, s = result["words"], result["ents"], result["segmenter_words"]
-    print(f"public API: words F {100 * w['words_f']:.2f} (P {100 * w['words_p']:.2f} / R {100 * w['words_r']:.2f}"
-          + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")
-          + f"), entities F {100 * e['ents_f']:.2f} (P {100 * e['ents_p']:.2f} / R {100 * e['ents_r']:.2f})"
-          + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
-          + (f"; all entities (incl. unaligned) F {100 * result['ents_all']['ents_f']:.2f}" if result["ents_all"] else "")
-          + f" -> {output}")
+    print(
+        f"public API: words F {100 * w['words_f']:.2f} (P {100 * w['words_p']:.2f} / R {100 * w['words_r']:.2f}"
+        + (f", OOV-R {100 * w['words_oov_recall']:.2f}" if w.get("words_oov_recall") is not None else "")
+        + f"), entities F {100 * e['ents_f']:.2f} (P {100 * e['ents_p']:.2f} / R {100 * e['ents_r']:.2f})"
+        + (f"; segmenter's own words F {100 * s['words_f']:.2f}" if s else "")
+        + (f"; all entities (incl. unaligned) F {100 * result['ents_all']['ents_f']:.2f}" if result["ents_all"] else "")
+        + f" -> {output}"
+    )
     cuts = result["merge_cuts"]
     if cuts and cuts["right_words_cut"]:
-        print(f"the merge cut {cuts['right_words_cut']} right words at entity boundaries ("
-              + ", ".join(f"{label} {n}" for label, n in cuts["by_label"].items())
-              + f") and made {cuts['words_made_right']} right; most cut: "
-              + ", ".join(f"{w} x{c} -> {t}" for w, c, t in cuts["top"][:10]))
+        print(
+            f"the merge cut {cuts['right_words_cut']} right words at entity boundaries ("
+            + ", ".join(f"{label} {n}" for label, n in cuts["by_label"].items())
+            + f") and made {cuts['words_made_right']} right; most cut: "
+            + ", ".join(f"{w} x{c} -> {t}" for w, c, t in cuts["top"][:10])
+        )
 
 
 def main() -> None:

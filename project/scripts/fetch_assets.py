@@ -13,6 +13,7 @@ local folder: they are reported and skipped. Zip archives are unpacked into
 their folder, each member checked against :data:`ZIP_MEMBERS`; offline, the
 members are copied directly (the folder holds them unpacked).
 """
+
 import hashlib
 import shutil
 import sys
@@ -102,8 +103,10 @@ app = script_app()
 
 
 @app.command(help=__doc__.split("\n\n")[0])
-def fetch_assets_cli(data_dir: str = typer.Option("", "--data-dir", help="local folder with the data (empty: download)"),
-                     status_path: str = typer.Option("assets/status.json", "--status", help="where to write what was found")) -> None:
+def fetch_assets_cli(
+    data_dir: str = typer.Option("", "--data-dir", help="local folder with the data (empty: download)"),
+    status_path: str = typer.Option("assets/status.json", "--status", help="where to write what was found"),
+) -> None:
     project = srsly.read_yaml(ROOT / "project.yml")
     data_dir = resolve_data_dir(data_dir) if data_dir else None
     print(f"assets from {data_dir if data_dir else 'their public URLs'}")

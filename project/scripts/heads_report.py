@@ -27,6 +27,7 @@ seconds and chars/s per head, and the published BERT-base figures for
 CLUENER) and with ``--readme`` puts the tables between the
 ``<!-- NER_HEADS -->`` markers of that README.
 """
+
 from pathlib import Path
 from statistics import mean
 from typing import Dict, List
@@ -34,17 +35,17 @@ from typing import Dict, List
 import spacy
 import srsly
 import typer
-from spacy.scorer import Scorer, get_ner_prf
-from spacy.training import Example
-
 from compare_report import dev_curve
 from evaluate import predict_docs, read_docbin
 from readme_block import replace_block
 from script_cli import run_app, script_app
 from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
-from spacy_crf.plots import finish_axes, save_figure, subplots
-from spacy_crf.hardware import hardware
+from spacy.scorer import Scorer, get_ner_prf
+from spacy.training import Example
+
 from spacy_crf.files import write_json_atomic, write_text_atomic
+from spacy_crf.hardware import hardware
+from spacy_crf.plots import finish_axes, save_figure, subplots
 
 # (model dir, label)
 HEADS = [
@@ -90,9 +91,11 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
         get = lambda key: [r["scores"].get(key) for r in runs.values()]  # noqa: E731
         train_s = [(r["train"] or {}).get("train_seconds") for r in runs.values()]
         speed = [r["speed"]["chars_per_s"] for r in runs.values()]
-        rows.append(f"| {label} | {cell(get('ents_f'))} | {cell(get('ents_p'))} | {cell(get('ents_r'))} | "
-                    f"{cell(get('mentions_f'))} | {', '.join(sorted(runs))} | {cell(train_s, 1, 0)} | "
-                    f"{cell(speed, 1, 0)} | {published.get(head, '–')} |")
+        rows.append(
+            f"| {label} | {cell(get('ents_f'))} | {cell(get('ents_p'))} | {cell(get('ents_r'))} | "
+            f"{cell(get('mentions_f'))} | {', '.join(sorted(runs))} | {cell(train_s, 1, 0)} | "
+            f"{cell(speed, 1, 0)} | {published.get(head, '–')} |"
+        )
     lines = [
         f"Profile `{profile}`; {corpus} {split} split; entity F of `doc.ents` (spaCy's definition) and "
         "F over every gold mention, nested ones included (`mentions`); mean ± half-range over the seeds; "
@@ -104,8 +107,11 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
         *rows,
     ]
     if published:
-        lines += ["", "Published figures: CLUENER2020 dev with BERT-base (12 layers, 768 hidden) on a GPU: "
-                  "another encoder and hardware, for orientation only."]
+        lines += [
+            "",
+            "Published figures: CLUENER2020 dev with BERT-base (12 layers, 768 hidden) on a GPU: "
+            "another encoder and hardware, for orientation only.",
+        ]
     means = {head: mean(r["scores"]["ents_f"] for r in runs.values()) for head, runs in results.items() if runs}
     if means:
         best = max(means, key=means.get)
@@ -113,9 +119,14 @@ def tables(corpus: str, split: str, profile: str, results: Dict[str, Dict[str, D
         for run in results[best].values():
             for label, s in (run["scores"].get("ents_per_type") or {}).items():
                 per_type.setdefault(label, []).append(s["f"])
-        lines += ["", f"Per-label entity F of the best head ({dict(HEADS)[best]}), mean over its seeds:", "",
-                  "| label | F |", "|---|---|",
-                  *(f"| {label} | {100 * mean(fs):.2f} |" for label, fs in sorted(per_type.items()))]
+        lines += [
+            "",
+            f"Per-label entity F of the best head ({dict(HEADS)[best]}), mean over its seeds:",
+            "",
+            "| label | F |",
+            "|---|---|",
+            *(f"| {label} | {100 * mean(fs):.2f} |" for label, fs in sorted(per_type.items())),
+        ]
     return "\n".join(lines)
 
 
@@ -126,8 +137,14 @@ def plot_curves(curves: Dict[str, Dict[str, List[tuple]]], title: str, path: Pat
         for i, (_seed, points) in enumerate(sorted(curves.get(head, {}).items())):
             if points:
                 steps, f = zip(*points)
-                ax.plot(steps, f, color=colour, marker=".", alpha=0.9 if i == 0 else 0.55,
-                        label=label.replace("`", "") if i == 0 else None)
+                ax.plot(
+                    steps,
+                    f,
+                    color=colour,
+                    marker=".",
+                    alpha=0.9 if i == 0 else 0.55,
+                    label=label.replace("`", "") if i == 0 else None,
+                )
     ax.set_title(title, fontsize=9)
     finish_axes(ax, "training step", "dev entity F (docs scored while training)")
     save_figure(fig, path)
@@ -137,11 +154,16 @@ app = script_app()
 
 
 @app.command(help=__doc__)
-def heads_report_cli(out: str = out_option(), corpus: str = typer.Option("cluener", "--corpus"),
-                     eval_limit: int = eval_limit_option(), readme: str = readme_option(),
-                     profile: str = profile_option()) -> None:
-    manifest, seed_dirs = report_inputs(out, eval_limit, Path(out) / "training" / "heads" / corpus, "ner-heads",
-                                        corpus=corpus)
+def heads_report_cli(
+    out: str = out_option(),
+    corpus: str = typer.Option("cluener", "--corpus"),
+    eval_limit: int = eval_limit_option(),
+    readme: str = readme_option(),
+    profile: str = profile_option(),
+) -> None:
+    manifest, seed_dirs = report_inputs(
+        out, eval_limit, Path(out) / "training" / "heads" / corpus, "ner-heads", corpus=corpus
+    )
     root = Path(out)
     entry = manifest[corpus]
     results: Dict[str, Dict[str, Dict]] = {}
@@ -156,18 +178,31 @@ def heads_report_cli(out: str = out_option(), corpus: str = typer.Option("cluene
             result = score_model(model, Path(entry["eval"]), eval_limit)
             results.setdefault(head, {})[seed_dir.name] = result
             s = result["scores"]
-            print(f"{seed_dir.name} {head}: ents_f = {s['ents_f']:.4f}, mentions_f = {s['mentions_f']:.4f}, "
-                  f"{result['speed']['chars_per_s']:,.0f} chars/s")
+            print(
+                f"{seed_dir.name} {head}: ents_f = {s['ents_f']:.4f}, mentions_f = {s['mentions_f']:.4f}, "
+                f"{result['speed']['chars_per_s']:,.0f} chars/s"
+            )
     table = tables(corpus, entry["eval_split"], profile, results)
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / f"ner_heads_{corpus}.json", {
-        "profile": profile, "corpus": corpus, "split": entry["eval_split"], "data": entry["eval"],
-        "eval_limit": eval_limit, "hardware": hardware(), "results": results})
+    write_json_atomic(
+        metrics / f"ner_heads_{corpus}.json",
+        {
+            "profile": profile,
+            "corpus": corpus,
+            "split": entry["eval_split"],
+            "data": entry["eval"],
+            "eval_limit": eval_limit,
+            "hardware": hardware(),
+            "results": results,
+        },
+    )
     plot = metrics / f"ner_heads_{corpus}.png"
     plot_curves(curves, f"{corpus}: dev entity F while training, per head and seed ({profile})", plot)
-    table += (f"\n\nDev curves (the docs scored while training, one line per seed): "
-              f"[`metrics/{plot.name}`](metrics/{plot.name}).")
+    table += (
+        f"\n\nDev curves (the docs scored while training, one line per seed): "
+        f"[`metrics/{plot.name}`](metrics/{plot.name})."
+    )
     write_text_atomic(metrics / f"ner_heads_{corpus}.md", table + "\n")
     print(table)
     if readme and profile != "smoke":  # smoke runs never touch the committed README

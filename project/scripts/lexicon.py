@@ -15,6 +15,7 @@ prior of the segmenter (``lexicon-tune``, ``assemble``), never as training
 data, and they are not the SXU training words: SXU OOV recall still counts
 every dev word not seen in SXU training as unseen.
 """
+
 import hashlib
 from importlib import metadata
 from pathlib import Path
@@ -22,8 +23,8 @@ from pathlib import Path
 import typer
 from wasabi import msg
 
-from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 from spacy_crf.files import write_json_atomic
+from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 
 
 def jieba_dictionary() -> Path:
@@ -31,8 +32,10 @@ def jieba_dictionary() -> Path:
     try:
         files = metadata.files("jieba") or []
     except metadata.PackageNotFoundError:
-        raise ValueError("--source jieba: the jieba package is not installed "
-                         "(pip install jieba, or pip install 'spacy-crf[lexicon]')") from None
+        raise ValueError(
+            "--source jieba: the jieba package is not installed "
+            "(pip install jieba, or pip install 'spacy-crf[lexicon]')"
+        ) from None
     for f in files:
         if f.as_posix() == "jieba/dict.txt":
             return Path(f.locate())
@@ -63,14 +66,18 @@ def build(source: str, out_dir: Path) -> dict:
 
 def main(
     out_dir: Path = typer.Argument(..., help="Directory for words.txt and meta.json"),
-    source: str = typer.Option("jieba", "--source", help="'jieba' (the installed jieba package's dictionary) or a word-list file"),
+    source: str = typer.Option(
+        "jieba", "--source", help="'jieba' (the installed jieba package's dictionary) or a word-list file"
+    ),
 ) -> None:
     try:
         meta = build(source, out_dir)
     except ValueError as e:
         msg.fail(str(e), exits=1)
-    msg.good(f"lexicon: {meta['words']:,} words of 2 to {meta['max_length']} characters "
-             f"(of {meta['entries']:,} entries in {meta['source_file']}) -> {out_dir / 'words.txt'}")
+    msg.good(
+        f"lexicon: {meta['words']:,} words of 2 to {meta['max_length']} characters "
+        f"(of {meta['entries']:,} entries in {meta['source_file']}) -> {out_dir / 'words.txt'}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,11 +13,14 @@ once per doc; only decoding is repeated.
 
 Writes OUTPUT (JSON) and a table beside it (same name, ``.md``).
 """
+
 from pathlib import Path
 from typing import Dict, List, Sequence, Set
 
 import srsly
 import typer
+from oov_probes import find_segmenter, load_inputs, with_words
+from script_cli import run_app, script_app
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
@@ -25,18 +28,23 @@ from spacy.util import minibatch
 from tqdm import tqdm
 
 from spacy_crf.cli._app import check_option
+from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 from spacy_crf.pipeline.scorers import predicted_words, score_words
-from spacy_crf.files import write_json_atomic
-
-from oov_probes import find_segmenter, load_inputs, with_words
-from script_cli import run_app, script_app
 
 DEFAULT_WEIGHTS = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 3.0)
 
 
-def tune(nlp: Language, refs: List[Doc], iv_words: Set[str], lexicon: Lexicon, weights: Sequence[float], *,
-         spans_key: str = "words", batch_size: int = 128) -> Dict:
+def tune(
+    nlp: Language,
+    refs: List[Doc],
+    iv_words: Set[str],
+    lexicon: Lexicon,
+    weights: Sequence[float],
+    *,
+    spans_key: str = "words",
+    batch_size: int = 128,
+) -> Dict:
     """Score every weight on ``refs``; the rows and the chosen one."""
     seg_name, segmenter = find_segmenter(nlp, spans_key)
     names = nlp.pipe_names
@@ -53,13 +61,17 @@ def tune(nlp: Language, refs: List[Doc], iv_words: Set[str], lexicon: Lexicon, w
         emissions = segmenter.model.predict(docs)  # the model alone: no prior yet
         found = [lexicon.matches(doc) for doc in docs]
         matched += sum(map(len, found))
-        priors = [segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0, matches))
-                  for doc, matches in zip(docs, found)]
+        priors = [
+            segmenter.model.ops.asarray2f(lexicon.emission_bias(doc, tags, 1.0, matches))
+            for doc, matches in zip(docs, found)
+        ]
         for weight in weights:
             ids = segmenter.decode(docs, [e + weight * p for e, p in zip(emissions, priors)])
             segmenter.set_annotations(docs, ids)
             for doc, ref in zip(docs, batch):
-                by_weight[weight].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))
+                by_weight[weight].append(
+                    Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref)
+                )
     rows = [{"weight": w, **score_words(by_weight[w], spans_key=spans_key, iv_words=iv_words)} for w in weights]
     chosen = max(rows, key=lambda r: (r["words_f"] or 0.0, -r["weight"]))
     return {"segmenter": seg_name, "docs": len(refs), "matches": matched, "weights": rows, "chosen": chosen}
@@ -73,8 +85,10 @@ def table(result: Dict) -> str:
     lines = ["| lexicon weight | word F (P / R) | OOV recall | IV recall |", "|---|---|---|---|"]
     for r in result["weights"]:
         mark = " (chosen)" if r["weight"] == result["chosen"]["weight"] else ""
-        lines.append(f"| {r['weight']:g}{mark} | {_pct(r['words_f'])} ({_pct(r['words_p'])} / {_pct(r['words_r'])}) "
-                     f"| {_pct(r['words_oov_recall'])} | {_pct(r['words_iv_recall'])} |")
+        lines.append(
+            f"| {r['weight']:g}{mark} | {_pct(r['words_f'])} ({_pct(r['words_p'])} / {_pct(r['words_r'])}) "
+            f"| {_pct(r['words_oov_recall'])} | {_pct(r['words_iv_recall'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -87,8 +101,9 @@ def lexicon_tune_cli(
     data: Path = typer.Argument(..., metavar="DATA", help=".spacy dev docs whose tokens are the gold words"),
     words: Path = typer.Option(..., "--words", help=".spacy training docs: their words are in-vocabulary"),
     lexicon_path: Path = typer.Option(..., "--lexicon", help="word list (lexicon.py's words.txt)"),
-    weights_text: str = typer.Option(",".join(f"{w:g}" for w in DEFAULT_WEIGHTS), "--weights",
-                                     help="comma-separated weights (>= 0)"),
+    weights_text: str = typer.Option(
+        ",".join(f"{w:g}" for w in DEFAULT_WEIGHTS), "--weights", help="comma-separated weights (>= 0)"
+    ),
     spans_key: str = typer.Option("words", "--spans-key", help="the segmenter's span group"),
     limit: int = typer.Option(0, "--limit", help="first N docs (0: all)"),
     output: Path = typer.Option(..., "--output", help="JSON file for the results (and a .md table beside it)"),
@@ -116,18 +131,29 @@ def lexicon_tune_cli(
     except ValueError as e:
         raise typer.BadParameter(f"{model}: {e}", param_hint="MODEL") from None
     meta_path = lexicon_path.parent / "meta.json"
-    result = {"model": str(model), "data": str(data), "words": str(words), "limit": limit,
-              "lexicon": str(lexicon_path), "lexicon_words": len(lexicon),
-              "lexicon_meta": srsly.read_json(meta_path) if meta_path.is_file() else None, **result}
+    result = {
+        "model": str(model),
+        "data": str(data),
+        "words": str(words),
+        "limit": limit,
+        "lexicon": str(lexicon_path),
+        "lexicon_words": len(lexicon),
+        "lexicon_meta": srsly.read_json(meta_path) if meta_path.is_file() else None,
+        **result,
+    }
     text = table(result)
     print(text)
     chosen = result["chosen"]
-    print(f"\nchosen weight: {chosen['weight']:g} (highest word F; {result['matches']:,} lexicon matches in "
-          f"{result['docs']:,} docs)")
+    print(
+        f"\nchosen weight: {chosen['weight']:g} (highest word F; {result['matches']:,} lexicon matches in "
+        f"{result['docs']:,} docs)"
+    )
     write_json_atomic(output, result)
     output.with_suffix(".md").write_text(
         f"Lexicon weight on {data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
-        f"model {model}); chosen: the highest word F.\n\n{text}\n", encoding="utf-8")
+        f"model {model}); chosen: the highest word F.\n\n{text}\n",
+        encoding="utf-8",
+    )
 
 
 def main() -> None:

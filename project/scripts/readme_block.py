@@ -1,4 +1,5 @@
 """Put a generated table between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in a README."""
+
 import re
 import sys
 from pathlib import Path

@@ -1,5 +1,6 @@
 """What the project's scripts share on the command line: each builds a typer
 app with :func:`script_app` and runs it from ``main()`` with :func:`run_app`."""
+
 from typing import Any, Sequence
 
 import typer
@@ -27,6 +28,7 @@ def run_app(app: typer.Typer) -> None:
 def choice_option(default: str, flag: str, choices: Sequence[str], help: str = "") -> Any:
     """A string option that takes one of ``choices`` (listed in ``--help``);
     another value is a usage error, worded as argparse's was."""
+
     def check(value: str) -> str:
         if value not in choices:
             raise typer.BadParameter(f"invalid choice: {value!r} (choose from {', '.join(map(repr, choices))})")

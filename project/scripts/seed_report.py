@@ -1,6 +1,7 @@
 """What the report scripts share: their command line and the corpus manifest
 (``evaluate_all.py`` too), and for the per-seed ones (``compare_report.py``,
 ``heads_report.py``) the seed folders they read and a table cell."""
+
 from pathlib import Path
 from statistics import mean
 from typing import Any, Dict, List, Optional, Tuple
@@ -38,19 +39,22 @@ def read_manifest(out: str, eval_limit: int) -> Tuple[Path, Dict]:
     return manifest_path, srsly.read_json(manifest_path)
 
 
-def report_inputs(out: str, eval_limit: int, seeds_folder: Path, workflow: str,
-                  corpus: Optional[str] = None) -> Tuple[Dict, List[Path]]:
+def report_inputs(
+    out: str, eval_limit: int, seeds_folder: Path, workflow: str, corpus: Optional[str] = None
+) -> Tuple[Dict, List[Path]]:
     """The corpus manifest of ``--out`` (with ``--corpus``, which must be in
     it) and the ``seed*`` folders under ``seeds_folder``, each missing one a
     usage error saying what to run."""
     manifest_path, manifest = read_manifest(out, eval_limit)
     if corpus is not None and corpus not in manifest:
-        raise typer.BadParameter(f"{manifest_path}: no corpus {corpus!r} (it has {', '.join(manifest)})",
-                                 param_hint="--corpus")
+        raise typer.BadParameter(
+            f"{manifest_path}: no corpus {corpus!r} (it has {', '.join(manifest)})", param_hint="--corpus"
+        )
     seed_dirs = sorted(seeds_folder.glob("seed*"))
     if not seed_dirs:
-        raise typer.BadParameter(f"{seeds_folder}: no seed*/ folders (run the {workflow} workflow first)",
-                                 param_hint="--out")
+        raise typer.BadParameter(
+            f"{seeds_folder}: no seed*/ folders (run the {workflow} workflow first)", param_hint="--out"
+        )
     return manifest, seed_dirs
 
 

@@ -13,26 +13,25 @@ holds OUT_DIR/runs/NAME.lock, so the same command started in a second shell
 (with one torch thread each: OMP_NUM_THREADS=1) works through the rest of the
 grid in parallel instead of repeating a cell.
 """
+
 import shutil
 import time
 from pathlib import Path
 from typing import List, Optional
 
+import spacy
 import srsly
 import typer
-from wasabi import msg
-
-import spacy
 from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.training import Example
-
-from spacy_crf.corpora import read_word_set
-from spacy_crf.pipeline.scorers import score_words
-from spacy_crf.hardware import hardware
-
 from study_measures import record_run
 from study_report import load_records, write_report
+from wasabi import msg
+
+from spacy_crf.corpora import read_word_set
+from spacy_crf.hardware import hardware
+from spacy_crf.pipeline.scorers import score_words
 
 app = typer.Typer(add_completion=False)
 
@@ -63,7 +62,9 @@ def run(
     gpu_id: int = typer.Option(-1),
     train_limit: int = typer.Option(0, help="use the first N training docs (0 = all)"),
     dev_limit: int = typer.Option(0, help="evaluate on the first N dev docs (0 = all)"),
-    word_list: Optional[Path] = typer.Option(None, help="training words (.spacy of word docs, or a word list), for OOV recall (cws)"),
+    word_list: Optional[Path] = typer.Option(
+        None, help="training words (.spacy of word docs, or a word list), for OOV recall (cws)"
+    ),
     reverse: bool = typer.Option(False, help="work through the grid from its last cell (for a second worker)"),
     depth_steps: List[str] = typer.Option([], help="DEPTH=STEPS:WARMUP, a budget of its own for one depth"),
 ):
@@ -82,16 +83,24 @@ def run(
         steps, _, warmup = steps.partition(":")
         schedules[depth] = (int(steps), int(warmup or round(warmup_steps * int(steps) / max_steps)))
     cells = list(enumerate(_cells(depths, mult_list, seed_list), 1))
-    msg.info(f"{task}: {len(cells)} runs, encoder lr {learn_rate}, steps (warmup) by depth: "
-             + ", ".join(f"{d}L {s} ({w})" for d, (s, w) in schedules.items()))
+    msg.info(
+        f"{task}: {len(cells)} runs, encoder lr {learn_rate}, steps (warmup) by depth: "
+        + ", ".join(f"{d}L {s} ({w})" for d, (s, w) in schedules.items())
+    )
     for i, (depth, head, multiplier, seed) in reversed(cells) if reverse else cells:
         name = f"{task}_{depth}L_{head}_x{multiplier:g}_seed{seed}"
         where = f"[{i}/{len(cells)}] {name}"
         record_path = runs_dir / f"{name}.json"
         steps, warmup = schedules[depth]
-        budget = {"steps": steps, "batch_chars": batch_size, "warmup_steps": warmup,
-                  "learn_rate": learn_rate, "train_limit": train_limit, "dev_limit": dev_limit,
-                  "encoder": encoders[depth]}
+        budget = {
+            "steps": steps,
+            "batch_chars": batch_size,
+            "warmup_steps": warmup,
+            "learn_rate": learn_rate,
+            "train_limit": train_limit,
+            "dev_limit": dev_limit,
+            "encoder": encoders[depth],
+        }
         if record_path.exists():
             earlier = srsly.read_json(record_path)
             if all(earlier.get(k) == v for k, v in budget.items()):
@@ -102,7 +111,9 @@ def run(
         try:
             lock.touch(exist_ok=False)
         except FileExistsError:
-            msg.warn(f"{where}: taken by another worker ({lock} exists; delete it if no other run of this grid is alive)")
+            msg.warn(
+                f"{where}: taken by another worker ({lock} exists; delete it if no other run of this grid is alive)"
+            )
             continue
         msg.divider(where)
         overrides = {
@@ -129,20 +140,33 @@ def run(
             f"components.{component}.constrain_training": False,
         }
         try:
-            record = _train_and_record(config, out_dir / "models" / name, overrides, gpu_id, component, task,
-                                       dev_path, dev_limit, iv_words)
+            record = _train_and_record(
+                config, out_dir / "models" / name, overrides, gpu_id, component, task, dev_path, dev_limit, iv_words
+            )
         finally:
             lock.unlink()
         record.update(budget)
         record.update(task=task, depth=int(depth), head=head, multiplier=multiplier, seed=seed)
         srsly.write_json(record_path, record)
         validity = record.get("validity")
-        msg.good(f"{name}: F1 {record['f1'] * 100:.2f}" + (f", validity {validity:.2f}" if validity is not None else "")
-                 + f", {record['train_seconds']:.0f}s")
+        msg.good(
+            f"{name}: F1 {record['f1'] * 100:.2f}"
+            + (f", validity {validity:.2f}" if validity is not None else "")
+            + f", {record['train_seconds']:.0f}s"
+        )
 
 
-def _train_and_record(config: Path, output: Path, overrides: dict, gpu_id: int, component: str, task: str,
-                      dev_path: Path, dev_limit: int, iv_words) -> dict:
+def _train_and_record(
+    config: Path,
+    output: Path,
+    overrides: dict,
+    gpu_id: int,
+    component: str,
+    task: str,
+    dev_path: Path,
+    dev_limit: int,
+    iv_words,
+) -> dict:
     """Train one cell, score it on dev and describe its CRF; the weights are deleted."""
     start = time.time()
     spacy_train(config, output, overrides=overrides, use_gpu=gpu_id)
@@ -160,9 +184,14 @@ def _train_and_record(config: Path, output: Path, overrides: dict, gpu_id: int, 
         f1, oov = words["words_f"], words.get("words_oov_recall")
     else:
         f1, oov = scored["ents_f"], None
-    record.update(scheme=nlp.get_pipe(component).cfg["scheme"], constrain_training=False, f1=f1,
-                  oov_recall=oov, train_seconds=round(seconds, 1),
-                  hardware=hardware())
+    record.update(
+        scheme=nlp.get_pipe(component).cfg["scheme"],
+        constrain_training=False,
+        f1=f1,
+        oov_recall=oov,
+        train_seconds=round(seconds, 1),
+        hardware=hardware(),
+    )
     shutil.rmtree(output, ignore_errors=True)  # keep the record, not the weights
     return record
 

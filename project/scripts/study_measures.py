@@ -8,6 +8,7 @@ token's emission margin is its top-1 minus top-2 emission score. A ratio far
 below 1 means the transitions can almost never overturn a per-token decision,
 i.e. the CRF behaves like a softmax.
 """
+
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy

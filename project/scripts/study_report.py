@@ -6,17 +6,17 @@ layers), ``head`` ("softmax" or "crf"), ``multiplier`` and ``seed``, plus
 ``f1`` (the task's main dev score), optionally ``oov_recall`` and
 ``train_seconds``. Output: ``README.md`` beside the PNGs it refers to.
 """
+
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import srsly
+from study_measures import mean_and_spread
 
 from spacy_crf.ml.schemes import transition_mask
-from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.ml.transitions import TransitionTable
-
-from study_measures import mean_and_spread
+from spacy_crf.plots import finish_axes, save_figure, subplots
 
 HEAD_ORDER = ("softmax", "crf x1", "crf x100", "crf x1000")
 
@@ -139,14 +139,19 @@ def reading(records: Sequence[Dict]) -> List[str]:
             if high:
                 ok = all(v == 1.0 for _, v in high)
                 values = ", ".join(f"x{m}: {v:.2f}" for m, v in high)
-                line = (f"- **Claim 2 ({task}, {_layers(depth)}): {'held' if ok else 'did not hold'}.** "
-                        f"Validity (1.0 = every impossible move below every possible one) {values}.")
+                line = (
+                    f"- **Claim 2 ({task}, {_layers(depth)}): {'held' if ok else 'did not hold'}.** "
+                    f"Validity (1.0 = every impossible move below every possible one) {values}."
+                )
                 top_m = high[-1][0]
                 runs = g(f"crf x{top_m}", depth)
                 worst = common_violations(runs)
                 if worst:
-                    line += (f" Ranked wrong most often at x{top_m} (runs of {len(runs)}): "
-                             + ", ".join(f"{s}→{bad} ≥ {s}→{good} ({n})" for (s, bad, good), n in worst) + ".")
+                    line += (
+                        f" Ranked wrong most often at x{top_m} (runs of {len(runs)}): "
+                        + ", ".join(f"{s}→{bad} ≥ {s}→{good} ({n})" for (s, bad, good), n in worst)
+                        + "."
+                    )
                 out.append(line)
         soft_s = _mean(g("softmax", shallow), "f1")
         crf1_s = _mean(g("crf x1", shallow), "f1")
@@ -163,12 +168,15 @@ def reading(records: Sequence[Dict]) -> List[str]:
             if not learned(shallow):
                 verdict = "inconclusive (every head scored 0 F1: the budget is too small for this task)"
             notes = [f"CRF x1 - softmax {beat * 100:+.1f}", f"raised - x1 {gain * 100:+.1f}"]
-            notes = [f"{n} (within the seed spread, {noise * 100:.1f})" if not ok else n
-                     for n, ok, noise in zip(notes, (beats, improves), (beat_noise, gain_noise))]
+            notes = [
+                f"{n} (within the seed spread, {noise * 100:.1f})" if not ok else n
+                for n, ok, noise in zip(notes, (beats, improves), (beat_noise, gain_noise))
+            ]
             out.append(
                 f"- **Claim 3 ({task}, {_layers(shallow)}): {verdict}.** F1 softmax "
                 f"{_fmt(soft_s)}, CRF x1 {_fmt(crf1_s)}, best raised CRF (x{best_m}) {_fmt(best_f)}; "
-                + "; ".join(notes) + "."
+                + "; ".join(notes)
+                + "."
             )
     return out
 
@@ -183,8 +191,12 @@ def plot_multiplier_curves(records: Sequence[Dict], path: Path) -> Path:
             continue
         f1 = [_mean([r for r in crf if r["multiplier"] == m], "f1") for m in multipliers]
         val = [_mean([r for r in crf if r["multiplier"] == m], "validity") for m in multipliers]
-        line = ax_f1.plot(multipliers, [v * 100 if v is not None else None for v in f1], "o-", label=f"{task} {depth}L")[0]
-        soft = _mean([r for r in records if r["task"] == task and int(r["depth"]) == depth and r["head"] == "softmax"], "f1")
+        line = ax_f1.plot(
+            multipliers, [v * 100 if v is not None else None for v in f1], "o-", label=f"{task} {depth}L"
+        )[0]
+        soft = _mean(
+            [r for r in records if r["task"] == task and int(r["depth"]) == depth and r["head"] == "softmax"], "f1"
+        )
         if soft is not None:
             ax_f1.axhline(soft * 100, color=line.get_color(), ls=":", lw=1)
         ax_val.plot(multipliers, val, "o-", color=line.get_color(), label=f"{task} {depth}L")
@@ -201,8 +213,15 @@ def _heatmaps(records: Sequence[Dict], out_dir: Path) -> List[Tuple[str, str]]:
     for task, depth in sorted({(r["task"], int(r["depth"])) for r in records}):
         for m in (1, 1000):
             runs = sorted(
-                (r for r in records if r["task"] == task and int(r["depth"]) == depth
-                 and r["head"] == "crf" and r["multiplier"] == m and r.get("transitions")),
+                (
+                    r
+                    for r in records
+                    if r["task"] == task
+                    and int(r["depth"]) == depth
+                    and r["head"] == "crf"
+                    and r["multiplier"] == m
+                    and r.get("transitions")
+                ),
                 key=lambda r: r["seed"],
             )
             if not runs:
@@ -240,22 +259,41 @@ def write_report(records: Sequence[Dict], out_dir: Path, budget: str = "", comma
     lines += [f"Runs: {len(records)}, seeds: {seeds}.", ""]
     lines += ["## Dev F1", "", results_table(records, "f1"), ""]
     if any(r.get("oov_recall") is not None for r in records):
-        lines += ["## OOV recall (CWS)", "", results_table([r for r in records if r["task"] == "cws"], "oov_recall"), ""]
+        lines += [
+            "## OOV recall (CWS)",
+            "",
+            results_table([r for r in records if r["task"] == "cws"], "oov_recall"),
+            "",
+        ]
     crf = [r for r in records if r["head"] == "crf"]
     if crf:
-        lines += ["## Transition validity", "",
-                  "Share of (state, impossible next, possible next) triples in which the impossible "
-                  "transition scores lower (1.00 = perfect).", "",
-                  results_table(crf, "validity", scale=1.0, digits=2), ""]
-        lines += ["## mean |transition| / mean emission margin", "",
-                  "Emission margin: top-1 minus top-2 emission score per token.", "",
-                  results_table(crf, "transition_emission_ratio", scale=1.0, digits=3), ""]
+        lines += [
+            "## Transition validity",
+            "",
+            "Share of (state, impossible next, possible next) triples in which the impossible "
+            "transition scores lower (1.00 = perfect).",
+            "",
+            results_table(crf, "validity", scale=1.0, digits=2),
+            "",
+        ]
+        lines += [
+            "## mean |transition| / mean emission margin",
+            "",
+            "Emission margin: top-1 minus top-2 emission score per token.",
+            "",
+            results_table(crf, "transition_emission_ratio", scale=1.0, digits=3),
+            "",
+        ]
     if any(r.get("train_seconds") for r in records):
         lines += ["## Train time (s)", "", results_table(records, "train_seconds", scale=1.0, digits=0), ""]
-    lines += ["## Reading", "",
-              "Generated from the tables above. Every cell is a short run (see the budget), far from a converged "
-              "fine-tuning: the claims speak of encoders fine-tuned to convergence, so a verdict here holds "
-              "for this budget only.", ""]
+    lines += [
+        "## Reading",
+        "",
+        "Generated from the tables above. Every cell is a short run (see the budget), far from a converged "
+        "fine-tuning: the claims speak of encoders fine-tuned to convergence, so a verdict here holds "
+        "for this budget only.",
+        "",
+    ]
     lines += (reading(records) or ["- Not enough runs for a reading."]) + [""]
     try:
         plot_multiplier_curves(records, out_dir / "multiplier_curves.png")

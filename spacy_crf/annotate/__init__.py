@@ -4,6 +4,7 @@
 ``nlp.pipe`` or a Ray Data actor pool (``engines``) and writes one record per
 doc (``records``) to one output per shard, resumably.
 """
+
 from .io import AnnotateError, read_output
 from .run import annotate
 

@@ -23,7 +23,7 @@ Both engines run the same code on the same batches (``shard_chunks``:
   driver from parsing everything, and one dataset for the whole run keeps the
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
-import logging
+
 import multiprocessing
 import os
 import signal
@@ -37,10 +37,6 @@ from .pieces import DEFAULT_MAX_CHARS, join_annotations, join_docs, piece_bounds
 from .records import add_confidence, annotations, words_key
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
-#: Ray engine: shards read at once = workers // WORKERS_PER_READER (at least 1).
-#: Reading a shard is short against annotating it (a JSONL shard parses at
-#: tens of MB/s, an actor annotates some 20 KB/s of text).
-WORKERS_PER_READER = 16
 
 
 def set_threads(threads: Optional[int]) -> None:
@@ -77,9 +73,16 @@ def _doc_bytes(doc) -> bytes:
     return doc.to_bytes(exclude=["tensor"])
 
 
-def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, n_process: int = 1,
-                  confidence: bool = False, fmt: str = "jsonl",
-                  max_chars: int = DEFAULT_MAX_CHARS) -> Iterator[Dict[str, Any]]:
+def annotate_rows(
+    nlp,
+    rows: Iterable[Dict[str, Any]],
+    *,
+    batch_size: int = 64,
+    n_process: int = 1,
+    confidence: bool = False,
+    fmt: str = "jsonl",
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> Iterator[Dict[str, Any]]:
     """Annotated rows, in input order: every row comes back, the "doc" rows
     with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
     (the doc's bytes), and ``cuts`` (JSON counts by kind) when the text was
@@ -114,8 +117,9 @@ def annotate_rows(nlp, rows: Iterable[Dict[str, Any]], *, batch_size: int = 64, 
         yield _annotated(held.pop(seq), doc_or_parts, key, confidence, fmt, cuts)
 
 
-def _annotated(row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str,
-               cuts: Optional[Dict[str, int]]) -> Dict[str, Any]:
+def _annotated(
+    row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str, cuts: Optional[Dict[str, int]]
+) -> Dict[str, Any]:
     """``row`` with its annotations; ``doc``: the doc, or ``[(offset, doc), ...]``
     for a text annotated in pieces."""
     out = dict(row)
@@ -151,7 +155,9 @@ def fatal_row(shard: int, err: Exception) -> Dict[str, Any]:
     return {"shard": shard, "line": 0, "kind": "fatal", "text": "", "meta": None, "error": str(err)}
 
 
-def shard_chunks(path: str, shard: int, name: str, text_key: str, id_key: str, size: int) -> Iterator[List[Dict[str, Any]]]:
+def shard_chunks(
+    path: str, shard: int, name: str, text_key: str, id_key: str, size: int
+) -> Iterator[List[Dict[str, Any]]]:
     """The rows of one shard in chunks of ``size`` (the last one shorter). A chunk
     is one ``nlp.pipe`` batch in both engines, so that both run the model on
     the same batches (padding, and with it the floats, depend on the batch)."""
@@ -229,10 +235,22 @@ def _queues() -> List[Any]:
     return [obj for obj in gc.get_objects() if issubclass(type(obj), Queue)]
 
 
-def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
-                 batch_size: int = 64, n_process: int = 1, threads: Optional[int] = None,
-                 confidence: bool = False, fmt: str = "jsonl", gpu: bool = False, stop_on_error: bool = False,
-                 max_chars: int = DEFAULT_MAX_CHARS, **_) -> Iterator[Dict[str, Any]]:
+def local_stream(
+    pipeline,
+    shards: Sequence[Shard],
+    *,
+    text_key: str = "text",
+    id_key: str = "id",
+    batch_size: int = 64,
+    n_process: int = 1,
+    threads: Optional[int] = None,
+    confidence: bool = False,
+    fmt: str = "jsonl",
+    gpu: bool = False,
+    stop_on_error: bool = False,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    **_,
+) -> Iterator[Dict[str, Any]]:
     """``stop_on_error``: read no further than the first bad record, so that the
     caller can drain the stream instead of abandoning it: an abandoned
     ``nlp.pipe(n_process=2)`` can leave its workers blocked on a full pipe."""
@@ -244,23 +262,36 @@ def local_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", i
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
     with workers_stop_on_signal(n_process > 1):
-        yield from _local_rows(nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error,
-                               max_chars)
+        yield from _local_rows(
+            nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error, max_chars
+        )
 
 
-def _local_rows(nlp, shards: Sequence[Shard], text_key: str, id_key: str, batch_size: int, n_process: int,
-                confidence: bool, fmt: str, stop_on_error: bool, max_chars: int) -> Iterator[Dict[str, Any]]:
+def _local_rows(
+    nlp,
+    shards: Sequence[Shard],
+    text_key: str,
+    id_key: str,
+    batch_size: int,
+    n_process: int,
+    confidence: bool,
+    fmt: str,
+    stop_on_error: bool,
+    max_chars: int,
+) -> Iterator[Dict[str, Any]]:
     if n_process > 1:  # spaCy's own batches run across shard ends
         # a shard that cannot be read comes as a "fatal" row, not an exception:
         # raised inside nlp.pipe, it would leave the workers blocked on their pipes
         rows = _until_error(shard_rows(shards, text_key, id_key), ("fatal", "error") if stop_on_error else ("fatal",))
-        yield from annotate_rows(nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence,
-                                 fmt=fmt, max_chars=max_chars)
+        yield from annotate_rows(
+            nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence, fmt=fmt, max_chars=max_chars
+        )
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
-            yield from annotate_rows(nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt,
-                                     max_chars=max_chars)
+            yield from annotate_rows(
+                nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt, max_chars=max_chars
+            )
             if stop_on_error and any(row["kind"] == "error" for row in chunk):
                 return
 
@@ -272,128 +303,12 @@ def _until_error(rows: Iterable[Dict[str, Any]], kinds: Sequence[str]) -> Iterat
             return
 
 
-# --- Ray ------------------------------------------------------------------------
+def ray_stream(*args: Any, **kwargs: Any) -> Iterator[Dict[str, Any]]:
+    """The Ray engine (:func:`spacy_crf.annotate.ray_engine.ray_stream`),
+    imported when used: Ray is an optional dependency."""
+    from .ray_engine import ray_stream as stream
 
-
-def _schemas():
-    """A Ray row is one packed chunk (``batch_size`` rows of one shard), so
-    that no block or batch boundary of Ray's can ever cut a chunk."""
-    import pyarrow as pa
-
-    row = [("shard", pa.int64()), ("line", pa.int64()), ("kind", pa.string()),
-           ("text", pa.large_string()), ("meta", pa.large_string()), ("error", pa.string())]
-    out = row + [("ann", pa.large_string()), ("doc", pa.large_binary()), ("cuts", pa.string())]
-    return (pa.schema([("rows", pa.large_list(pa.struct(row)))]),
-            pa.schema([("rows", pa.large_list(pa.struct(out)))]))
-
-
-def _read_shard_chunks(batch, text_key: str, id_key: str, chunk: int):
-    """Ray read step: one shard -> its chunks, one packed row (and block) each."""
-    import pyarrow as pa
-
-    schema, _ = _schemas()
-    for shard in batch.to_pylist():
-        try:
-            for rows in shard_chunks(shard["path"], shard["shard"], shard["name"], text_key, id_key, chunk):
-                yield pa.Table.from_pylist([{"rows": rows}], schema=schema)
-        except (AnnotateError, OSError) as err:
-            # Raised here, the error would reach the driver wrapped in Ray's
-            # traceback and retry advice, ahead of the finished shards still in
-            # flight. As a "fatal" row it travels in order, after them, and the
-            # driver raises it as the local engine does.
-            yield pa.Table.from_pylist([{"rows": [fatal_row(shard["shard"], err)]}], schema=schema)
-            return
-
-
-class RayAnnotator:
-    """One actor of the pool: loads the pipeline once, annotates chunks."""
-
-    def __init__(self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool,
-                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
-        import spacy_crf  # noqa: F401  (registers the factories in the worker)
-
-        set_threads(threads)
-        self.nlp = load_pipeline(pipeline, confidence, gpu)
-        self.confidence = confidence
-        self.fmt = fmt
-        self.max_chars = max_chars
-        _, self.schema = _schemas()
-
-    def __call__(self, batch):
-        import pyarrow as pa
-
-        out = []
-        for packed in batch.column("rows").to_pylist():
-            rows = list(annotate_rows(self.nlp, packed, batch_size=max(1, len(packed)),
-                                      confidence=self.confidence, fmt=self.fmt, max_chars=self.max_chars))
-            out.append({"rows": rows})
-        return pa.Table.from_pylist(out, schema=self.schema)
-
-
-def ray_stream(pipeline, shards: Sequence[Shard], *, text_key: str = "text", id_key: str = "id",
-               batch_size: int = 64, workers: int = 1, cpus_per_worker: float = 1.0,
-               gpus_per_worker: float = 0.0, address: Optional[str] = None, confidence: bool = False,
-               fmt: str = "jsonl", progress: bool = True, max_chars: int = DEFAULT_MAX_CHARS,
-               **_) -> Iterator[Dict[str, Any]]:
-    try:
-        import ray
-        import ray.data
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ImportError('--engine ray needs Ray Data: pip install "spacy-crf[ray]"') from None
-    if not isinstance(pipeline, (str, os.PathLike)):
-        raise ValueError("--engine ray loads the pipeline in each actor: pass a name or a path, not a Language")
-    if shards:
-        # Load it here once first: a pipeline that does not load fails in one
-        # line before Ray starts, not as an actor's creation error in Ray's traceback.
-        load_pipeline(pipeline, confidence)
-    started = False
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 configure_logging=True, logging_level=logging.WARNING)
-        started = True
-    ctx = ray.data.DataContext.get_current()
-    saved = (ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size)
-    try:
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = progress
-        ctx.print_on_execution_start = False
-        # Blocks as small as Ray allows: one chunk each, so that chunks, not whole
-        # shards, are what the pool balances and what streams back. (A dataset
-        # copies the context when it is created: set before from_items.)
-        ctx.target_max_block_size = 1
-        if not shards:
-            return
-        if os.path.exists(pipeline):  # actors may start in another folder
-            pipeline = os.path.abspath(pipeline)
-        items = [{"shard": i, "path": str(os.path.abspath(path)), "name": name} for i, path, name in shards]
-        ds: Any = ray.data.from_items(items, override_num_blocks=len(items))  # a ray.data.Dataset
-        # Few read tasks at a time, in shard order: with every shard read at once
-        # (num_cpus=0 allows it) the pool got the chunks of all shards
-        # interleaved, and preserve_order held every record back until the
-        # first shard was complete (docs/results.md, "Annotation throughput").
-        # One reader per WORKERS_PER_READER actors keeps a large pool fed.
-        ds = ds.map_batches(_read_shard_chunks, batch_size=1, batch_format="pyarrow", num_cpus=0,
-                            concurrency=max(1, workers // WORKERS_PER_READER),
-                            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": batch_size})
-        ds = ds.map_batches(
-            RayAnnotator,
-            fn_constructor_kwargs={"pipeline": str(pipeline), "confidence": confidence, "fmt": fmt,
-                                   "threads": max(1, int(cpus_per_worker)), "gpu": gpus_per_worker > 0,
-                                   "max_chars": max_chars},
-            batch_size=1, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),
-            num_cpus=cpus_per_worker, num_gpus=gpus_per_worker or None,
-            # An actor that dies (node lost, OOM kill, ray.kill) is restarted and
-            # its chunk retried, whatever Ray's defaults: a chunk's output is
-            # taken once, so every record still comes back exactly once, in order.
-            max_restarts=-1, max_task_retries=-1,
-        )
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for packed in batch.column("rows").to_pylist():
-                yield from packed
-    finally:
-        ctx.execution_options.preserve_order, ctx.enable_progress_bars, ctx.target_max_block_size = saved
-        if started:
-            ray.shutdown()
+    return stream(*args, **kwargs)
 
 
 ENGINES = {"local": local_stream, "ray": ray_stream}

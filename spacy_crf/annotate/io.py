@@ -15,6 +15,7 @@ Every engine sees the same stream of *rows* (plain dicts), produced by
 The rows travel through the engine in order, so the driver writes each shard
 from one ordered stream and knows exactly when a shard is complete.
 """
+
 import glob
 import gzip
 import hashlib
@@ -73,10 +74,15 @@ def find_shards(input_path: str) -> Tuple[Path, List[Path]]:
         return path.parent, [path]
     if path.is_dir():
         root = path
-        files = [p for p in sorted(path.rglob("*")) if p.is_file() and input_kind(p)
-                 and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+        files = [
+            p
+            for p in sorted(path.rglob("*"))
+            if p.is_file() and input_kind(p) and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        ]
     else:
-        files = [Path(p) for p in sorted(glob.glob(input_path, recursive=True)) if Path(p).is_file() and input_kind(Path(p))]
+        files = [
+            Path(p) for p in sorted(glob.glob(input_path, recursive=True)) if Path(p).is_file() and input_kind(Path(p))
+        ]
         root = Path(os.path.commonpath([str(p.parent) for p in files])) if files else Path(".")
     if not files:
         raise AnnotateError(f"{input_path}: no input files (.txt, .jsonl, .parquet, optionally .gz) found")
@@ -121,7 +127,7 @@ def _decode(raw: bytes, line: int) -> str:
     """One line's text; a UTF-8 BOM opening the file is dropped, as
     ``utf-8-sig`` (spaCy's and pandas' readers) drops it."""
     if line == 1 and raw.startswith(BOM):
-        raw = raw[len(BOM):]
+        raw = raw[len(BOM) :]
     text = raw.decode("utf8")
     return text[:-1] if text.endswith("\n") else text
 
@@ -153,7 +159,9 @@ def _record_row(record: Any, line: int, shard: int, name: str, text_key: str, id
     fields = {k: v for k, v in record.items() if k != text_key and k != id_key}
     clash = [k for k in fields if k in OUTPUT_KEYS]
     if clash:
-        return error_row(shard, line, f"field {clash[0]!r} clashes with an output field; rename it or pass it as --id-key/--text-key")
+        return error_row(
+            shard, line, f"field {clash[0]!r} clashes with an output field; rename it or pass it as --id-key/--text-key"
+        )
     rid = record.get(id_key)
     meta = dumps({"id": rid if rid is not None else f"{name}:{line}", "fields": fields})
     bad = _surrogate(meta)
@@ -219,7 +227,9 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
                     if kind == "txt":
                         text = text[:-1] if text.endswith("\r") else text
                         meta = dumps({"id": f"{name}:{line}", "fields": {}})
-                        yield count({"shard": shard, "line": line, "kind": "doc", "text": text, "meta": meta, "error": None})
+                        yield count(
+                            {"shard": shard, "line": line, "kind": "doc", "text": text, "meta": meta, "error": None}
+                        )
                         continue
                     if not text.strip():
                         continue  # blank lines in JSONL hold no record
@@ -233,8 +243,14 @@ def read_rows(path: str, shard: int, name: str, text_key: str = "text", id_key: 
             # a shard that ends early cannot be completed: fail on it, naming it
             what = "truncated or corrupt gzip file" if p.name.lower().endswith(".gz") else "cannot be read"
             raise AnnotateError(f"{path}: {what} after line {line} ({e})") from None
-    yield {"shard": shard, "line": 0, "kind": "end", "text": "", "error": None,
-           "meta": dumps({"docs": n_docs, "errors": n_errors, "input": identity})}
+    yield {
+        "shard": shard,
+        "line": 0,
+        "kind": "end",
+        "text": "",
+        "error": None,
+        "meta": dumps({"docs": n_docs, "errors": n_errors, "input": identity}),
+    }
 
 
 # --- output shards --------------------------------------------------------------
@@ -322,7 +338,8 @@ class ParquetWriter(ShardWriter):
             if new:
                 raise AnnotateError(
                     f"{self.final}: field {new[0]!r} first appears after record {self.count - len(records)}; a "
-                    "Parquet file has one schema, set by its first row group: write JSONL instead")
+                    "Parquet file has one schema, set by its first row group: write JSONL instead"
+                )
             keys = self.schema.names
         columns = {}
         for key in keys:
@@ -331,8 +348,9 @@ class ParquetWriter(ShardWriter):
             try:
                 columns[key] = pa.array(values, type=kind)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-                raise AnnotateError(f"{self.final}: field {key!r} has values of more than one type ({e}); "
-                                    "write JSONL instead") from None
+                raise AnnotateError(
+                    f"{self.final}: field {key!r} has values of more than one type ({e}); write JSONL instead"
+                ) from None
         return pa.table(columns)
 
     def _flush(self):

@@ -16,6 +16,7 @@ ends. The record keeps the original text, and the pieces' words and entities
 are shifted back to offsets into it; an entity can only end at a cut, never
 span one. The summary counts the cuts by kind.
 """
+
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -71,6 +72,9 @@ def join_docs(docs: List[Any], offsets: List[int]):
     # exclude: a keyword of spaCy >= 3.3 that its type stub lacks
     doc = Doc.from_docs(docs, ensure_whitespace=False, exclude=["user_data", "tensor"])  # type: ignore[call-arg]
     if any(CONFIDENCE_KEY in piece.user_data for piece in docs):
-        doc.user_data[CONFIDENCE_KEY] = [[s + offset, e + offset, label, conf] for piece, offset in zip(docs, offsets)
-                                         for s, e, label, conf in piece.user_data.get(CONFIDENCE_KEY, [])]
+        doc.user_data[CONFIDENCE_KEY] = [
+            [s + offset, e + offset, label, conf]
+            for piece, offset in zip(docs, offsets)
+            for s, e, label, conf in piece.user_data.get(CONFIDENCE_KEY, [])
+        ]
     return doc

@@ -17,6 +17,7 @@ that the encoder's output is reused and ``n_process`` works unchanged. The
 values are kept in ``doc.user_data`` by character offsets and attached to
 the final ``doc.ents`` when the record is made.
 """
+
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -35,8 +36,9 @@ def crf_components(nlp: Language, schemes) -> List[str]:
     from ..pipeline.crf_tagger import CRFTagger
 
     # by class, not factory name: crf_ner and crf_segmenter make CRF taggers too
-    return [name for name, pipe in nlp.pipeline
-            if isinstance(pipe, CRFTagger) and getattr(pipe, "scheme", None) in schemes]
+    return [
+        name for name, pipe in nlp.pipeline if isinstance(pipe, CRFTagger) and getattr(pipe, "scheme", None) in schemes
+    ]
 
 
 def _config_ner_taggers(pipeline) -> Optional[List[str]]:
@@ -50,13 +52,21 @@ def _config_ner_taggers(pipeline) -> Optional[List[str]]:
         path = Path(pipeline) if Path(pipeline).exists() else None
         if path is None and is_package(str(pipeline)):
             path = get_package_path(str(pipeline))
-        configs = [path / "config.cfg"] if path is not None and (path / "config.cfg").exists() \
-            else sorted(path.glob("*/config.cfg")) if path is not None else []
+        configs = (
+            [path / "config.cfg"]
+            if path is not None and (path / "config.cfg").exists()
+            else sorted(path.glob("*/config.cfg"))
+            if path is not None
+            else []
+        )
         config = load_config(configs[0], interpolate=False)
         components = config["components"]
-        return [name for name in config["nlp"]["pipeline"]
-                if components.get(name, {}).get("factory") in CRF_FACTORIES
-                and components[name].get("scheme", CRF_FACTORIES[components[name]["factory"]]) in NER_SCHEMES]
+        return [
+            name
+            for name in config["nlp"]["pipeline"]
+            if components.get(name, {}).get("factory") in CRF_FACTORIES
+            and components[name].get("scheme", CRF_FACTORIES[components[name]["factory"]]) in NER_SCHEMES
+        ]
     except Exception:  # noqa: BLE001 - any config we cannot read: leave the check to loading
         return None
 
@@ -70,8 +80,10 @@ def check_confidence(pipeline) -> None:
         found = _config_ner_taggers(pipeline)
     if found is not None and not found:
         name = pipeline.meta.get("name", "the Language") if isinstance(pipeline, Language) else str(pipeline)
-        raise ValueError(f"--confidence needs an entity tagger (crf_tagger or crf_ner with scheme 'bio' or "
-                         f"'bioes'); pipeline {name!r} has none")
+        raise ValueError(
+            f"--confidence needs an entity tagger (crf_tagger or crf_ner with scheme 'bio' or "
+            f"'bioes'); pipeline {name!r} has none"
+        )
 
 
 def words_key(nlp: Language) -> Optional[str]:
@@ -136,8 +148,10 @@ def add_confidence(nlp: Language) -> str:
     """Insert ``crf_ent_confidence`` after the (last) NER crf_tagger."""
     names = crf_components(nlp, NER_SCHEMES)
     if not names:
-        raise ValueError("--confidence needs a crf_tagger with scheme 'bio' or 'bioes' in the pipeline; "
-                         f"this one has {nlp.pipe_names}")
+        raise ValueError(
+            "--confidence needs a crf_tagger with scheme 'bio' or 'bioes' in the pipeline; "
+            f"this one has {nlp.pipe_names}"
+        )
     if CONFIDENCE_KEY not in nlp.pipe_names:
         nlp.add_pipe(CONFIDENCE_KEY, after=names[-1], config={"ner": names[-1]})
     return names[-1]
@@ -151,9 +165,17 @@ def annotations(doc: Doc, key: Optional[str], confidence: bool) -> Dict[str, Any
         words = [[t.idx, t.idx + len(t)] for t in doc if not t.is_space]
     if confidence:
         conf: Dict[Tuple[int, int, str], Any] = {
-            (s, e, label): c for s, e, label, c in doc.user_data.get(CONFIDENCE_KEY, [])}
-        ents = [{"start": e.start_char, "end": e.end_char, "label": e.label_,
-                 "confidence": conf.get((e.start_char, e.end_char, e.label_))} for e in doc.ents]
+            (s, e, label): c for s, e, label, c in doc.user_data.get(CONFIDENCE_KEY, [])
+        }
+        ents = [
+            {
+                "start": e.start_char,
+                "end": e.end_char,
+                "label": e.label_,
+                "confidence": conf.get((e.start_char, e.end_char, e.label_)),
+            }
+            for e in doc.ents
+        ]
     else:
         ents = [{"start": e.start_char, "end": e.end_char, "label": e.label_} for e in doc.ents]
     return {"words": words, "ents": ents}

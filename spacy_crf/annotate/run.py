@@ -12,6 +12,7 @@ of the input read and the output written are kept in ``OUTPUT/.annotate/``
 crash never lists its errors twice. Nothing but this command's own outputs
 is overwritten, unless ``force``.
 """
+
 import json
 import os
 import sys
@@ -119,8 +120,15 @@ def annotate(
     lists them with the reason.
     """
     start = time.perf_counter()
-    check_options(batch_size=batch_size, n_process=n_process, threads=threads, workers=workers,
-                  cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, max_chars=max_chars)
+    check_options(
+        batch_size=batch_size,
+        n_process=n_process,
+        threads=threads,
+        workers=workers,
+        cpus_per_worker=cpus_per_worker,
+        gpus_per_worker=gpus_per_worker,
+        max_chars=max_chars,
+    )
     _check_run(pipeline, engine, on_error, confidence)
     plan = _plan_outputs(str(input), Path(output), fmt)
     check_paths(pipeline, plan.shards, plan.finals, plan.errors_path, plan.out_dir if plan.folder else None)
@@ -132,10 +140,23 @@ def annotate(
     todo = [(i, str(plan.shards[i]), names[i]) for i in pending]
 
     stream = ENGINES[engine](
-        pipeline, todo, text_key=text_key, id_key=id_key, batch_size=batch_size, n_process=n_process,
-        threads=threads, workers=workers, cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker,
-        address=address, confidence=confidence, fmt=plan.fmt, progress=progress is True,
-        gpu=gpus_per_worker > 0, stop_on_error=on_error == "raise", max_chars=max_chars,
+        pipeline,
+        todo,
+        text_key=text_key,
+        id_key=id_key,
+        batch_size=batch_size,
+        n_process=n_process,
+        threads=threads,
+        workers=workers,
+        cpus_per_worker=cpus_per_worker,
+        gpus_per_worker=gpus_per_worker,
+        address=address,
+        confidence=confidence,
+        fmt=plan.fmt,
+        progress=progress is True,
+        gpu=gpus_per_worker > 0,
+        stop_on_error=on_error == "raise",
+        max_chars=max_chars,
     )
     run = _Collector(plan, states, confidence, on_error, local=engine == "local", start=start)
     bar = _Progress(progress, len(todo))
@@ -149,19 +170,29 @@ def annotate(
             close()
     lost = [str(plan.shards[i]) for i in pending if i not in run.finished]
     if lost:
-        raise AnnotateError(f"the engine returned no end for shard(s) {', '.join(lost)}: records were lost; rerun to redo them")
+        raise AnnotateError(
+            f"the engine returned no end for shard(s) {', '.join(lost)}: records were lost; rerun to redo them"
+        )
     has_errors = _write_errors_file(states, plan.errors_path, errors_state)
     seconds = time.perf_counter() - start
     return {
-        "docs": run.docs, "chars": run.chars, "seconds": round(seconds, 3),
+        "docs": run.docs,
+        "chars": run.chars,
+        "seconds": round(seconds, 3),
         "docs_per_s": round(run.docs / seconds, 1) if seconds else 0.0,
         "chars_per_s": round(run.chars / seconds, 1) if seconds else 0.0,
         "first_record_s": round(run.first_record, 3) if run.first_record is not None else None,
-        "skipped": run.skipped, "shards": len(plan.shards), "shards_written": len(run.finished),
+        "skipped": run.skipped,
+        "shards": len(plan.shards),
+        "shards_written": len(run.finished),
         "shards_resumed": len(plan.shards) - len(pending),
         "errors_file": str(plan.errors_path) if has_errors else None,
-        "engine": engine, "format": plan.fmt, "redone": redone, "max_chars": max_chars,
-        "records_split": run.records_split, "cuts": dict(run.cuts),
+        "engine": engine,
+        "format": plan.fmt,
+        "redone": redone,
+        "max_chars": max_chars,
+        "records_split": run.records_split,
+        "cuts": dict(run.cuts),
     }
 
 
@@ -230,8 +261,9 @@ class _Collector:
     """Writes the engine's rows: records into their shard's writer, bad
     records aside, and at each shard's end checks its counts and commits it."""
 
-    def __init__(self, plan: _Plan, states: List[Path], confidence: bool, on_error: str, *, local: bool,
-                 start: float) -> None:
+    def __init__(
+        self, plan: _Plan, states: List[Path], confidence: bool, on_error: str, *, local: bool, start: float
+    ) -> None:
         self.plan, self.states, self.confidence, self.on_error = plan, states, confidence, on_error
         self.local, self.start = local, start
         self.writers: Dict[int, Any] = {}
@@ -253,12 +285,16 @@ class _Collector:
             elif kind == "error" and self.on_error != "raise":
                 i = row["shard"]
                 self.errors.setdefault(i, []).append(
-                    {"file": str(self.plan.shards[i]), "line": row["line"], "reason": row["error"]})
+                    {"file": str(self.plan.shards[i]), "line": row["line"], "reason": row["error"]}
+                )
                 self.skipped += 1
             elif kind in ("error", "fatal"):  # a bad record under "raise", or a shard that cannot be read
-                fatal = AnnotateError(row["error"] if kind == "fatal" else
-                                      f"{self.plan.shards[row['shard']]}, line {row['line']}: {row['error']} "
-                                      "(pass --on-error skip to log it to errors.jsonl and go on)")
+                fatal = AnnotateError(
+                    row["error"]
+                    if kind == "fatal"
+                    else f"{self.plan.shards[row['shard']]}, line {row['line']}: {row['error']} "
+                    "(pass --on-error skip to log it to errors.jsonl and go on)"
+                )
                 if not self.local:
                     break
             else:  # "end": the shard is complete
@@ -296,15 +332,27 @@ class _Collector:
             writer.abort()
             raise AnnotateError(
                 f"shard {shard}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
-                f"{writer.count} ({n_errors} bad); its output was not finished")
+                f"{writer.count} ({n_errors} bad); its output was not finished"
+            )
         err_text = "".join(dumps(e) + "\n" for e in self.errors.pop(i, []))
         written = file_identity(writer.finish())
         remove_own(final, state)
         write_text_atomic(state.with_suffix(".errors.jsonl"), err_text)
-        write_text_atomic(state, dumps({"shard": str(shard), "output": str(final), "records": writer.count,
-                                        "skipped": n_errors, "chars": self.shard_chars.pop(i, 0),
-                                        "input": counts.get("input") or file_identity(shard),
-                                        "written": written}) + "\n")
+        write_text_atomic(
+            state,
+            dumps(
+                {
+                    "shard": str(shard),
+                    "output": str(final),
+                    "records": writer.count,
+                    "skipped": n_errors,
+                    "chars": self.shard_chars.pop(i, 0),
+                    "input": counts.get("input") or file_identity(shard),
+                    "written": written,
+                }
+            )
+            + "\n",
+        )
         writer.commit()
         self.finished.append(i)
 

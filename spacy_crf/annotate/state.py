@@ -23,6 +23,7 @@ place, and an older output of the shard is removed before that
 which is redone, never an output without its record, which would need
 ``--force``, nor a stale output next to a new state, which would be skipped.
 """
+
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -32,12 +33,26 @@ from ..util import check_number
 from .io import STATE_DIR, AnnotateError, file_identity
 
 
-def check_options(*, batch_size: Any, n_process: Any, threads: Any, workers: Any, cpus_per_worker: Any,
-                  gpus_per_worker: Any, max_chars: Any = 1) -> None:
+def check_options(
+    *,
+    batch_size: Any,
+    n_process: Any,
+    threads: Any,
+    workers: Any,
+    cpus_per_worker: Any,
+    gpus_per_worker: Any,
+    max_chars: Any = 1,
+) -> None:
     """Raise ``AnnotateError`` naming the first option out of range."""
-    checks = [("batch_size", batch_size, 1, True), ("max_chars", max_chars, 1, True), ("n_process", n_process, 1, True),
-              ("threads", threads, 1, True), ("workers", workers, 1, True),
-              ("cpus_per_worker", cpus_per_worker, 0, False), ("gpus_per_worker", gpus_per_worker, 0, False)]
+    checks = [
+        ("batch_size", batch_size, 1, True),
+        ("max_chars", max_chars, 1, True),
+        ("n_process", n_process, 1, True),
+        ("threads", threads, 1, True),
+        ("workers", workers, 1, True),
+        ("cpus_per_worker", cpus_per_worker, 0, False),
+        ("gpus_per_worker", gpus_per_worker, 0, False),
+    ]
     for name, value, minimum, integer in checks:
         if name == "threads" and value is None:
             continue  # the default: derived from the cores and n_process
@@ -49,8 +64,9 @@ def check_options(*, batch_size: Any, n_process: Any, threads: Any, workers: Any
             raise AnnotateError(str(err)) from None
 
 
-def check_paths(pipeline: Any, shards: Sequence[Path], finals: Sequence[Path], errors_path: Path,
-                out_dir: Optional[Path]) -> None:
+def check_paths(
+    pipeline: Any, shards: Sequence[Path], finals: Sequence[Path], errors_path: Path, out_dir: Optional[Path]
+) -> None:
     """``check_output_paths`` for the outputs of one run (``out_dir``: the
     output folder, None for one output file); ``AnnotateError`` naming both
     paths."""
@@ -81,8 +97,11 @@ def read_state(path: Path) -> Optional[Dict[str, Any]]:
 
 
 def _same(recorded: Any, actual: Dict[str, Any]) -> bool:
-    return isinstance(recorded, dict) and recorded.get("size") == actual["size"] \
+    return (
+        isinstance(recorded, dict)
+        and recorded.get("size") == actual["size"]
         and recorded.get("sha256") == actual["sha256"]
+    )
 
 
 def is_own(path: Path, state: Optional[Dict[str, Any]]) -> bool:
@@ -112,11 +131,13 @@ def _refuse(found: List[Tuple[Path, Path]]) -> None:
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     raise AnnotateError(
         f"{final} exists and annotate did not write it (no matching record in {state_file}){more}; "
-        "remove it, choose another output, or pass --force to overwrite it")
+        "remove it, choose another output, or pass --force to overwrite it"
+    )
 
 
-def plan_shards(shards: Sequence[Path], finals: Sequence[Path], states: Sequence[Path], *, resume: bool,
-                force: bool) -> Tuple[List[int], List[Dict[str, str]]]:
+def plan_shards(
+    shards: Sequence[Path], finals: Sequence[Path], states: Sequence[Path], *, resume: bool, force: bool
+) -> Tuple[List[int], List[Dict[str, str]]]:
     """The shards to annotate, and for each finished shard that is redone
     because its input changed, ``{"shard", "reason"}``. Raises
     ``AnnotateError`` when a shard's output would replace a file that

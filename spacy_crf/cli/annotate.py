@@ -1,5 +1,6 @@
 """``spacy crf annotate``: run a pipeline over a corpus of shards, locally or
 on a Ray cluster (:func:`spacy_crf.annotate.annotate`)."""
+
 import signal
 from pathlib import Path
 from typing import Optional
@@ -15,24 +16,48 @@ from ._app import app, check_option
 def annotate_cli(
     # fmt: off
     pipeline: str = typer.Argument(..., help="An installed pipeline package or a pipeline directory"),
-    input_path: str = typer.Argument(..., help="A .txt/.jsonl/.parquet file (optionally .gz), a folder of them or a glob"),
-    output_path: Path = typer.Argument(..., help="Output folder (one file per input shard), or one .jsonl/.parquet/.spacy file for one input file"),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl, parquet or spacy (default: OUTPUT's extension, else jsonl)"),
+    input_path: str = typer.Argument(
+        ..., help="A .txt/.jsonl/.parquet file (optionally .gz), a folder of them or a glob"
+    ),
+    output_path: Path = typer.Argument(
+        ..., help="Output folder (one file per input shard), or one .jsonl/.parquet/.spacy file for one input file"
+    ),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="jsonl, parquet or spacy (default: OUTPUT's extension, else jsonl)"
+    ),
     text_key: str = typer.Option("text", "--text-key", help="JSONL/Parquet field with the text"),
     id_key: str = typer.Option("id", "--id-key", help="Field with the record id (default when missing: SHARD:LINE)"),
     engine: str = typer.Option("local", "--engine", help="local (nlp.pipe) or ray (Ray Data actor pool)"),
     n_process: int = typer.Option(1, "--n-process", help="local: processes for nlp.pipe"),
     batch_size: int = typer.Option(64, "--batch-size", help="Docs per nlp.pipe batch (local) or per actor batch (ray)"),
-    max_chars: int = typer.Option(DEFAULT_MAX_CHARS, "--max-chars", help="Annotate a longer record in pieces of at most this many characters, cut at sentence ends where possible, and write it whole (>= 1)"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="local: torch threads per process (default: all cores / --n-process when > 1)"),
-    address: Optional[str] = typer.Option(None, "--address", help="ray: address of a running cluster ('auto' on one of its nodes); default: start one here"),
+    max_chars: int = typer.Option(
+        DEFAULT_MAX_CHARS,
+        "--max-chars",
+        help="Annotate a longer record in pieces of at most this many characters, cut at sentence ends where possible, and write it whole (>= 1)",
+    ),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", help="local: torch threads per process (default: all cores / --n-process when > 1)"
+    ),
+    address: Optional[str] = typer.Option(
+        None,
+        "--address",
+        help="ray: address of a running cluster ('auto' on one of its nodes); default: start one here",
+    ),
     workers: int = typer.Option(1, "--workers", help="ray: actors, each loading the pipeline once"),
     cpus_per_worker: float = typer.Option(1.0, "--cpus-per-worker", help="ray: CPUs (and torch threads) per actor"),
-    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", help="ray: GPUs per actor (e.g. 1, or 0.5 for two actors a GPU)"),
+    gpus_per_worker: float = typer.Option(
+        0.0, "--gpus-per-worker", help="ray: GPUs per actor (e.g. 1, or 0.5 for two actors a GPU)"
+    ),
     confidence: bool = typer.Option(False, "--confidence", help="Add each entity's confidence from the CRF marginals"),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip shards whose output is complete and whose input is unchanged"),
-    force: bool = typer.Option(False, "--force", help="Overwrite existing files at the output paths that annotate did not write"),
-    on_error: str = typer.Option("raise", "--on-error", help="raise: stop at a bad record; skip: log it to errors.jsonl"),
+    resume: bool = typer.Option(
+        True, "--resume/--no-resume", help="Skip shards whose output is complete and whose input is unchanged"
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite existing files at the output paths that annotate did not write"
+    ),
+    on_error: str = typer.Option(
+        "raise", "--on-error", help="raise: stop at a bad record; skip: log it to errors.jsonl"
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar"),
     # fmt: on
 ) -> None:
@@ -60,18 +85,39 @@ def annotate_cli(
     from ..annotate import AnnotateError, annotate
     from ..annotate.engines import Terminated
 
-    for option, value, minimum in [("--batch-size", batch_size, 1), ("--max-chars", max_chars, 1), ("--n-process", n_process, 1),
-                                   ("--workers", workers, 1), ("--cpus-per-worker", cpus_per_worker, 0),
-                                   ("--gpus-per-worker", gpus_per_worker, 0)]:
+    for option, value, minimum in [
+        ("--batch-size", batch_size, 1),
+        ("--max-chars", max_chars, 1),
+        ("--n-process", n_process, 1),
+        ("--workers", workers, 1),
+        ("--cpus-per-worker", cpus_per_worker, 0),
+        ("--gpus-per-worker", gpus_per_worker, 0),
+    ]:
         check_option(option, value, minimum=minimum)
     if threads is not None:
         check_option("--threads", threads, minimum=1, hint="leave it out for the default")
     try:
         summary = annotate(
-            pipeline, input_path, str(output_path), fmt=fmt, text_key=text_key, id_key=id_key, engine=engine,
-            n_process=n_process, batch_size=batch_size, threads=threads, address=address, workers=workers,
-            cpus_per_worker=cpus_per_worker, gpus_per_worker=gpus_per_worker, confidence=confidence,
-            resume=resume, force=force, on_error=on_error, progress=progress, max_chars=max_chars,
+            pipeline,
+            input_path,
+            str(output_path),
+            fmt=fmt,
+            text_key=text_key,
+            id_key=id_key,
+            engine=engine,
+            n_process=n_process,
+            batch_size=batch_size,
+            threads=threads,
+            address=address,
+            workers=workers,
+            cpus_per_worker=cpus_per_worker,
+            gpus_per_worker=gpus_per_worker,
+            confidence=confidence,
+            resume=resume,
+            force=force,
+            on_error=on_error,
+            progress=progress,
+            max_chars=max_chars,
         )
     except (AnnotateError, OSError) as err:
         msg.fail(str(err), exits=1)
@@ -89,8 +135,12 @@ def annotate_cli(
     )
     if summary["records_split"]:
         kinds = ", ".join(f"{n:,} {kind.replace('_', ' ')}" for kind, n in sorted(summary["cuts"].items()))
-        msg.info(f"{summary['records_split']:,} records longer than {max_chars:,} characters were annotated in "
-                 f"pieces and written whole; cuts: {kinds}")
-    msg.text(f"shards: {summary['shards_written']} written, {summary['shards_resumed']} already complete "
-             f"(of {summary['shards']}); skipped records: {summary['skipped']}"
-             + (f" (see {summary['errors_file']})" if summary["errors_file"] else ""))
+        msg.info(
+            f"{summary['records_split']:,} records longer than {max_chars:,} characters were annotated in "
+            f"pieces and written whole; cuts: {kinds}"
+        )
+    msg.text(
+        f"shards: {summary['shards_written']} written, {summary['shards_resumed']} already complete "
+        f"(of {summary['shards']}); skipped records: {summary['skipped']}"
+        + (f" (see {summary['errors_file']})" if summary["errors_file"] else "")
+    )

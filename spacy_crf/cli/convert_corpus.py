@@ -1,5 +1,6 @@
 """``spacy crf convert-corpus``: a CWS or NER corpus file -> ``.spacy``
 (:func:`spacy_crf.corpora.convert_corpus`)."""
+
 from pathlib import Path
 from typing import Optional
 
@@ -20,11 +21,27 @@ def convert_corpus_cli(
         ..., "--max-chars", help="Split docs longer than this many characters (0: no splitting; must be >= 0)"
     ),
     dev_output: Optional[Path] = typer.Option(None, "--dev-output", help="Also carve a dev set into this .spacy file"),
-    dev_ratio: Optional[float] = typer.Option(None, "--dev-ratio", help="Share of docs carved into --dev-output, in [0, 1) (default 0.1; only with --dev-output)"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed of the dev carving (default 0; only with --dev-output)"),
-    carve: Optional[str] = typer.Option(None, "--carve", help=f"How dev is carved: {' | '.join(CARVES)} (default blocks: runs of --block-size consecutive docs; lines: single docs at random, the carve of earlier versions; only with --dev-output)"),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help=f"Docs per dev block of --carve blocks, >= 1 (default {DEFAULT_BLOCK_SIZE}; only with --dev-output)"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Keep only the first N >= 1 docs (smoke runs; default: all)"),
+    dev_ratio: Optional[float] = typer.Option(
+        None,
+        "--dev-ratio",
+        help="Share of docs carved into --dev-output, in [0, 1) (default 0.1; only with --dev-output)",
+    ),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Random seed of the dev carving (default 0; only with --dev-output)"
+    ),
+    carve: Optional[str] = typer.Option(
+        None,
+        "--carve",
+        help=f"How dev is carved: {' | '.join(CARVES)} (default blocks: runs of --block-size consecutive docs; lines: single docs at random, the carve of earlier versions; only with --dev-output)",
+    ),
+    block_size: Optional[int] = typer.Option(
+        None,
+        "--block-size",
+        help=f"Docs per dev block of --carve blocks, >= 1 (default {DEFAULT_BLOCK_SIZE}; only with --dev-output)",
+    ),
+    limit: Optional[int] = typer.Option(
+        None, "--limit", help="Keep only the first N >= 1 docs (smoke runs; default: all)"
+    ),
 ) -> None:
     """Convert a CWS or NER corpus to spaCy's .spacy format.
 
@@ -51,8 +68,12 @@ def convert_corpus_cli(
     from ..corpora import CorpusFormatError, SplitError, convert_corpus
 
     check_option("--max-chars", max_chars, minimum=0, hint="0: no splitting")
-    for option, value in (("--dev-ratio", dev_ratio), ("--seed", seed), ("--carve", carve),
-                          ("--block-size", block_size)):
+    for option, value in (
+        ("--dev-ratio", dev_ratio),
+        ("--seed", seed),
+        ("--carve", carve),
+        ("--block-size", block_size),
+    ):
         if value is not None and dev_output is None:
             raise typer.BadParameter("only applies with --dev-output (it carves the dev set)", param_hint=option)
     dev_ratio = 0.1 if dev_ratio is None else dev_ratio

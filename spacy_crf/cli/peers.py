@@ -8,6 +8,7 @@ thulac (``thulac.thulac(seg_only=True).cut``). They segment one text per
 call, as their APIs take it; the chars/s is the median over ``repeats``
 passes after one untimed warm-up text, like the pipeline's own figure.
 """
+
 import contextlib
 import io
 import statistics
@@ -43,7 +44,9 @@ def _thulac() -> Optional[Callable[[str], Any]]:
 
 
 PEERS: Dict[str, Callable[[], Optional[Callable[[str], Any]]]] = {
-    "jieba": _jieba, "pkuseg": _pkuseg, "thulac": _thulac,
+    "jieba": _jieba,
+    "pkuseg": _pkuseg,
+    "thulac": _thulac,
 }
 
 

@@ -5,6 +5,7 @@ line (``registry.cli.get_all()`` in ``spacy/cli/_util.py``); loading this
 module adds the spacy-crf app to spaCy's as the command group ``spacy crf``.
 Nothing else imports this module.
 """
+
 from .._compat import spacy_cli_app
 from . import app
 from ._app import HELP, NAME

@@ -10,6 +10,7 @@ with the same batch size, in one process. With ``peers``, the other Chinese
 segmenters that are installed (jieba, pkuseg, thulac: :mod:`.peers`) are
 timed on the same texts.
 """
+
 import os
 import statistics
 import time
@@ -91,8 +92,16 @@ def component_seconds(nlp, texts: List[str], batch_size: int) -> Dict[str, float
     return seconds
 
 
-def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batch_sizes: Sequence[int] = (32, 128),
-                  n_process: Sequence[int] = (1, 2), repeats: int = 3, peers: bool = False) -> Dict[str, Any]:
+def measure_speed(
+    pipeline: str,
+    data: Sequence[str],
+    *,
+    limit: int = 1000,
+    batch_sizes: Sequence[int] = (32, 128),
+    n_process: Sequence[int] = (1, 2),
+    repeats: int = 3,
+    peers: bool = False,
+) -> Dict[str, Any]:
     """Load ``pipeline`` (a directory or package name), time it on the texts of
     ``data`` and print tables; returns what :func:`speed_cli` writes as JSON.
     Settings and data are checked before the pipeline is loaded
@@ -107,26 +116,39 @@ def measure_speed(pipeline: str, data: Sequence[str], *, limit: int = 1000, batc
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = spacy.load(pipeline)
     n_chars = sum(map(len, texts))
-    msg.info(f"{pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
-             f"(mean {n_chars / max(len(texts), 1):.1f} per text)")
+    msg.info(
+        f"{pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
+        f"(mean {n_chars / max(len(texts), 1):.1f} per text)"
+    )
     runs = []
     for processes in n_process:
         for batch_size in batch_sizes:
             rate = chars_per_second(nlp, texts, batch_size, processes, repeats)
             runs.append({"n_process": processes, "batch_size": batch_size, "chars_per_s": round(rate, 1)})
             msg.text(f"n_process={processes} batch_size={batch_size}: {rate:,.0f} chars/s")
-    msg.table([(r["n_process"], r["batch_size"], f"{r['chars_per_s']:,.0f}") for r in runs],
-              header=("n_process", "batch_size", "chars/s"), divider=True)
+    msg.table(
+        [(r["n_process"], r["batch_size"], f"{r['chars_per_s']:,.0f}") for r in runs],
+        header=("n_process", "batch_size", "chars/s"),
+        divider=True,
+    )
     seconds = component_seconds(nlp, texts, batch_sizes[-1])
     total = sum(seconds.values())
-    msg.table([(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
-              header=("component", "s per 1k chars", "share"), divider=True)
+    msg.table(
+        [(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
+        header=("component", "s per 1k chars", "share"),
+        divider=True,
+    )
     extra: Dict[str, Any] = {}
     if peers:
         extra["peers"] = _report_peers(texts, repeats, runs)
     return {
-        "pipeline": pipeline, "components": nlp.pipe_names, "data": list(data), "texts": len(texts),
-        "chars": n_chars, "repeats": repeats, "runs": runs,
+        "pipeline": pipeline,
+        "components": nlp.pipe_names,
+        "data": list(data),
+        "texts": len(texts),
+        "chars": n_chars,
+        "repeats": repeats,
+        "runs": runs,
         "seconds_per_1k_chars": {name: round(s / n_chars * 1000, 4) for name, s in seconds.items()},
         **extra,
         "hardware": hardware(),
@@ -140,7 +162,9 @@ def _report_peers(texts: List[str], repeats: int, runs: List[Dict[str, Any]]) ->
     if not found:
         msg.info(f"no peer segmenter installed ({', '.join(PEERS)})")
         return found
-    best = max(r["chars_per_s"] for r in runs if r["n_process"] == 1) if any(r["n_process"] == 1 for r in runs) else None
+    best = (
+        max(r["chars_per_s"] for r in runs if r["n_process"] == 1) if any(r["n_process"] == 1 for r in runs) else None
+    )
     rows = []
     for peer in found:
         if "error" in peer:
@@ -173,7 +197,9 @@ def speed_cli(
     n_process: str = typer.Option("1,2", "--n-process", help="Comma-separated process counts"),
     repeats: int = typer.Option(3, "--repeats", help="Timed passes per setting (the median is kept)"),
     output: str = typer.Option("", "--output", help="Write the figures to this JSON file"),
-    peers: bool = typer.Option(False, "--peers", help="Also time the installed peer segmenters (jieba, pkuseg, thulac)"),
+    peers: bool = typer.Option(
+        False, "--peers", help="Also time the installed peer segmenters (jieba, pkuseg, thulac)"
+    ),
     # fmt: on
 ) -> None:
     """Chars/s of a whole pipeline with nlp.pipe, and seconds per component.
@@ -204,8 +230,9 @@ def speed_cli(
         if output:
             inputs = [*data, pipeline] if Path(pipeline).exists() else list(data)
             check_output_paths(inputs, [output])
-        result = measure_speed(pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats,
-                               peers=peers)
+        result = measure_speed(
+            pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats, peers=peers
+        )
     except (SpeedError, OutputPathError) as err:
         msg.fail(str(err), exits=1)
     except OSError as err:  # spacy.load: no such package or directory, or not a pipeline

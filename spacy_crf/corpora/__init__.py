@@ -53,6 +53,7 @@ Formats (``fmt`` of :func:`convert_corpus`):
     A stream of JSON objects (pretty-printed, not one a line, not a list):
     ``{"text": ..., "label": {TYPE: {MENTION: [[start, end_inclusive], ...]}}}``.
 """
+
 from .base import CorpusFormatError, CorpusWarning, PathLike, char_tokenizer, doc_source
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import MENTIONS_KEY, read_cluener
@@ -62,9 +63,32 @@ from .sighan import read_sighan, read_word_list, read_word_set
 from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, SplitError, carve_dev, dev_blocks, split_long
 
 __all__ = [
-    "CARVES", "CUT_KINDS", "DEFAULT_BLOCK_SIZE", "FORMATS", "MENTIONS_KEY", "CharCorpus", "CorpusFormatError", "CorpusWarning", "JointCorpus",
-    "PathLike", "SplitError", "carve_dev", "char_tokenizer", "dev_blocks", "convert_corpus", "corpus_counts",
-    "create_char_corpus_reader", "create_joint_corpus_reader", "doc_source", "read_char_bio", "read_char_bmes",
-    "read_cluener", "read_corpus", "read_sighan", "read_weibo", "read_word_list", "read_word_set",
+    "CARVES",
+    "CUT_KINDS",
+    "DEFAULT_BLOCK_SIZE",
+    "FORMATS",
+    "MENTIONS_KEY",
+    "CharCorpus",
+    "CorpusFormatError",
+    "CorpusWarning",
+    "JointCorpus",
+    "PathLike",
+    "SplitError",
+    "carve_dev",
+    "char_tokenizer",
+    "dev_blocks",
+    "convert_corpus",
+    "corpus_counts",
+    "create_char_corpus_reader",
+    "create_joint_corpus_reader",
+    "doc_source",
+    "read_char_bio",
+    "read_char_bmes",
+    "read_cluener",
+    "read_corpus",
+    "read_sighan",
+    "read_weibo",
+    "read_word_list",
+    "read_word_set",
     "split_long",
 ]

@@ -1,6 +1,7 @@
 """What every corpus format reader shares: errors and warnings that name
 ``file:line``, line reading, and building char-tokenized docs with entities.
 """
+
 import unicodedata
 import warnings
 from collections import Counter
@@ -106,9 +107,14 @@ def _entity_spans(
         if t_start == t_end:
             raise CorpusFormatError(path, lineno, f"{label} entity {text[start:end]!r} is whitespace only")
         if (t_start, t_end) != (start, end):
-            _warn(stats, "entity_edges_trimmed", path, lineno,
-                  f"{label} entity {text[start:end]!r} starts or ends with whitespace; "
-                  "the whitespace is left outside the entity")
+            _warn(
+                stats,
+                "entity_edges_trimmed",
+                path,
+                lineno,
+                f"{label} entity {text[start:end]!r} starts or ends with whitespace; "
+                "the whitespace is left outside the entity",
+            )
         span = doc.char_span(t_start, t_end, label=label, alignment_mode="strict")
         if span is None:  # pragma: no cover - the char tokenizer splits every non-space char
             raise CorpusFormatError(
@@ -116,5 +122,3 @@ def _entity_spans(
             )
         spans.append(span)
     return spans
-
-

@@ -5,6 +5,7 @@ The tags are decoded by :func:`spacy_crf.ml.schemes.tags_to_spans` (``bio``, or
 ``bioes`` for the BMES entity tags), whose repairs of ill-formed sequences
 are reported here as :class:`~spacy_crf.corpora.base.CorpusWarning`.
 """
+
 import re
 from collections import Counter
 from typing import Callable, Iterator, List, Optional, Set, Tuple
@@ -65,14 +66,18 @@ def _read_char_sentences(
         if not char:
             raise CorpusFormatError(path, lineno, f"empty character field in line {line!r}")
         if len(char) > 1:
-            _warn(stats, "multi_char_fields", path, lineno,
-                  f"character field {char!r} has {len(char)} characters; all are kept and share the tag {tag}")
+            _warn(
+                stats,
+                "multi_char_fields",
+                path,
+                lineno,
+                f"character field {char!r} has {len(char)} characters; all are kept and share the tag {tag}",
+            )
         if char.isspace():
             stats["whitespace_char_fields"] += 1
         fields.append((lineno, char, tag))
     if fields:
         yield fields
-
 
 
 def _entities(fields: List[Field], scheme: str, path: PathLike, stats: Counter) -> List[Tuple[int, int, str]]:
@@ -86,13 +91,25 @@ def _entities(fields: List[Field], scheme: str, path: PathLike, stats: Counter) 
     def on_repair(kind: str, start: int, i: int, label: str) -> None:
         if kind == ORPHAN:
             prev = fields[i - 1][2] if i else "sentence start"
-            _warn(stats, orphan_key, path, fields[i][0],
-                  f"{fields[i][2]} follows {prev}; read as the start of a new {label} entity")
+            _warn(
+                stats,
+                orphan_key,
+                path,
+                fields[i][0],
+                f"{fields[i][2]} follows {prev}; read as the start of a new {label} entity",
+            )
             return
-        lineno, why = (fields[i][0], f"followed by {fields[i][2]}") if i < len(fields) else (fields[-1][0], "sentence ends")
-        _warn(stats, "unterminated_entities", path, lineno,
-              f"{label} entity opened at line {fields[start][0]} is not closed by E-{label} ({why}); "
-              "kept as ending at the previous character")
+        lineno, why = (
+            (fields[i][0], f"followed by {fields[i][2]}") if i < len(fields) else (fields[-1][0], "sentence ends")
+        )
+        _warn(
+            stats,
+            "unterminated_entities",
+            path,
+            lineno,
+            f"{label} entity opened at line {fields[start][0]} is not closed by E-{label} ({why}); "
+            "kept as ending at the previous character",
+        )
 
     return tags_to_spans(scheme, [tag for _, _, tag in fields], on_repair)
 
@@ -152,7 +169,7 @@ def _weibo_char_parser(path: PathLike, stats: Counter) -> Callable[[int, str, Op
     def parse(lineno: int, field: str, prev: Optional[int]) -> Tuple[str, int]:
         candidates = []
         for k in range(1, len(field)):
-            digits = field[len(field) - k:]
+            digits = field[len(field) - k :]
             if not (digits.isascii() and digits.isdigit()):
                 break
             candidates.append((field[: len(field) - k], int(digits)))
@@ -166,8 +183,13 @@ def _weibo_char_parser(path: PathLike, stats: Counter) -> Callable[[int, str, Op
             return single[0]
         if fitting:
             return fitting[0]
-        _warn(stats, "weibo_position_breaks", path, lineno,
-              f"position in {field!r} does not follow position {prev}; the last digit is taken as the position")
+        _warn(
+            stats,
+            "weibo_position_breaks",
+            path,
+            lineno,
+            f"position in {field!r} does not follow position {prev}; the last digit is taken as the position",
+        )
         return candidates[0]
 
     return parse

@@ -1,5 +1,6 @@
 """CLUENER2020 files (``cluener``): a stream of JSON objects with ``text``
 and ``label`` (``{TYPE: {MENTION: [[start, end_inclusive], ...]}}``)."""
+
 import json
 from collections import Counter
 from pathlib import Path
@@ -65,8 +66,13 @@ def read_cluener(path: PathLike, vocab: Vocab, *, stats: Optional[Counter] = Non
         if unknown:
             raise CorpusFormatError(path, lineno, f"unexpected fields {sorted(unknown)}")
         if "id" in obj and obj["id"] != index:
-            _warn(stats, "ids_out_of_order", path, lineno,
-                  f"id {obj['id']!r} is not the position {index} of the object; ids are not stored, the order is")
+            _warn(
+                stats,
+                "ids_out_of_order",
+                path,
+                lineno,
+                f"id {obj['id']!r} is not the position {index} of the object; ids are not stored, the order is",
+            )
         doc = tokenizer(text)
         _tag_source(doc, path, lineno)
         if not text:
@@ -85,10 +91,15 @@ def read_cluener(path: PathLike, vocab: Vocab, *, stats: Optional[Counter] = Non
                 taken.update(range(span.start, span.end))
         for span in spans:
             if span not in kept:
-                _warn(stats, "overlapping_mentions_not_in_ents", path, lineno,
-                      f"{span.label_} mention {span.text!r} (chars {span.start_char}-{span.end_char}) "
-                      "overlaps a longer "
-                      f"mention; it is kept in doc.spans[{MENTIONS_KEY!r}] but not in doc.ents")
+                _warn(
+                    stats,
+                    "overlapping_mentions_not_in_ents",
+                    path,
+                    lineno,
+                    f"{span.label_} mention {span.text!r} (chars {span.start_char}-{span.end_char}) "
+                    "overlaps a longer "
+                    f"mention; it is kept in doc.spans[{MENTIONS_KEY!r}] but not in doc.ents",
+                )
         doc.ents = sorted(kept, key=lambda s: s.start)
         yield doc
 
@@ -125,11 +136,12 @@ def _cluener_mentions(
                         lineno,
                         f"{ent_type} mention {mention!r}: offsets {pair} outside the text of {len(text)} characters",
                     )
-                if text[start:end + 1] != mention:
+                if text[start : end + 1] != mention:
                     raise CorpusFormatError(
-                        path, lineno,
+                        path,
+                        lineno,
                         f"{ent_type} mention {mention!r} at [{start}, {end}] does not match the text there: "
-                        f"{text[start:end + 1]!r}",
+                        f"{text[start : end + 1]!r}",
                     )
                 key = (start, end + 1, ent_type)
                 if key in seen:

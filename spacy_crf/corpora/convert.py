@@ -1,5 +1,6 @@
 """Conversion of a corpus file to spaCy's ``.spacy`` format, with counts
 printed and returned at every step (``spacy crf convert-corpus``)."""
+
 import warnings
 from collections import Counter
 from contextlib import ExitStack
@@ -15,8 +16,8 @@ from ..util import check_number
 from .base import CorpusFormatError, CorpusWarning, PathLike
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import read_cluener
-from .sighan import read_sighan
 from .rates import split_rates
+from .sighan import read_sighan
 from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, carve_dev, split_long
 
 FORMATS = ("sighan", "bio", "bmes", "weibo", "cluener")
@@ -76,12 +77,21 @@ def _print_rates(rates: Dict[str, Any]) -> None:
     if rates.get("oov_rate") is not None:
         msg.info(f"dev words not in training (OOV rate): {rates['oov_rate'] * 100:.2f}% of {rates['words']:,}")
     if rates.get("seen_rate") is not None:
-        msg.info(f"dev entities also in training (text and label): {rates['seen_rate'] * 100:.2f}% "
-                 f"of {rates['entities']:,}")
+        msg.info(
+            f"dev entities also in training (text and label): {rates['seen_rate'] * 100:.2f}% of {rates['entities']:,}"
+        )
 
 
-def check_convert_options(fmt: str, *, max_chars: int, dev_ratio: float, seed: int, limit: Optional[int],
-                          carve: str = "blocks", block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+def check_convert_options(
+    fmt: str,
+    *,
+    max_chars: int,
+    dev_ratio: float,
+    seed: int,
+    limit: Optional[int],
+    carve: str = "blocks",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> None:
     """Raise ``ValueError`` naming the option for an invalid :func:`convert_corpus` setting."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -142,8 +152,9 @@ def convert_corpus(
     part is split before the first is written; and each output is written
     to a temporary file in its directory and renamed into place.
     """
-    check_convert_options(fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit, carve=carve,
-                          block_size=block_size)
+    check_convert_options(
+        fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit, carve=carve, block_size=block_size
+    )
     check_output_paths([input_path], [output_path, dev_output])
     is_cws = fmt == "sighan"
     stats: Dict[str, object] = {"format": fmt, "input": str(input_path)}
@@ -169,8 +180,11 @@ def convert_corpus(
         _print_rates(stats["dev_rates"])  # type: ignore[arg-type]
     else:
         parts = [("output", docs, output_path)]
-    how = (f"dev ratio {dev_ratio}, seed {seed}, " + (f"blocks of {block_size}" if carve == "blocks" else "lines")
-           if dev_output is not None else None)
+    how = (
+        f"dev ratio {dev_ratio}, seed {seed}, " + (f"blocks of {block_size}" if carve == "blocks" else "lines")
+        if dev_output is not None
+        else None
+    )
     # split every part before writing any, so that a SplitError leaves no output behind
     prepared = [_split_part(name, part, path, max_chars, is_cws, how) for name, part, path in parts]
     stats["outputs"] = _write(prepared, max_chars)

@@ -14,6 +14,7 @@ against the training word set of :func:`spacy_crf.corpora.read_word_set`
 (non-space tokens of docs with gold words); an entity mention is
 ``doc.ents`` as scored by ``ents_p/r/f``.
 """
+
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -53,8 +54,9 @@ def oov_rate(train_words: Iterable[Sequence[str]], eval_words: Iterable[Sequence
     return {"words": n, "oov": oov, "oov_rate": oov / n if n else None}
 
 
-def seen_entity_rate(train_mentions: Iterable[Sequence[Mention]],
-                     eval_mentions: Iterable[Sequence[Mention]]) -> Dict[str, object]:
+def seen_entity_rate(
+    train_mentions: Iterable[Sequence[Mention]], eval_mentions: Iterable[Sequence[Mention]]
+) -> Dict[str, object]:
     """Share of the entity mentions of ``eval_mentions`` (one list of
     ``(text, label)`` per doc) that also occur in training: by text alone
     (``seen_text_rate``: the name was seen, with any label) and by text and

@@ -1,5 +1,6 @@
 """Registered training readers: ``spacy_crf.CharCorpus.v1`` and
 ``spacy_crf.JointCorpus.v1`` over the ``.spacy`` files of :func:`convert_corpus`."""
+
 import math
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
@@ -88,12 +89,22 @@ class JointCorpus:
     Without it (dev), every doc is yielded once.
     """
 
-    def __init__(self, words_path: PathLike, ents_path: PathLike, *, max_length: int = 0,
-                 limit: int = 0, balance: bool = True, ents_share: float = 0.5) -> None:
+    def __init__(
+        self,
+        words_path: PathLike,
+        ents_path: PathLike,
+        *,
+        max_length: int = 0,
+        limit: int = 0,
+        balance: bool = True,
+        ents_share: float = 0.5,
+    ) -> None:
         check_number("ents_share", ents_share, minimum=0.0, hint="the share of NER docs in the stream")
         if not 0.0 < ents_share < 1.0:
-            raise ValueError(f"spacy_crf.JointCorpus.v1: ents_share must be between 0 and 1 (exclusive), "
-                             f"got {ents_share}: each task needs some of the stream.")
+            raise ValueError(
+                f"spacy_crf.JointCorpus.v1: ents_share must be between 0 and 1 (exclusive), "
+                f"got {ents_share}: each task needs some of the stream."
+            )
         self.words = CharCorpus(words_path, max_length=max_length, limit=limit)
         self.ents = CharCorpus(ents_path, max_length=max_length, limit=limit)
         self.balance = balance
@@ -117,8 +128,11 @@ class JointCorpus:
         counts = {"words": 0, "ents": 0}
         for t in range(total):
             # NER at the steps where floor(t * share) goes up: exact shares, evenly spread
-            side, examples = (("ents", ents) if math.floor((t + 1) * share + 1e-9) > math.floor(t * share + 1e-9)
-                              else ("words", words))
+            side, examples = (
+                ("ents", ents)
+                if math.floor((t + 1) * share + 1e-9) > math.floor(t * share + 1e-9)
+                else ("words", words)
+            )
             i = counts[side]
             counts[side] += 1
             # a repeated example is a copy: training writes into predicted docs
@@ -127,7 +141,11 @@ class JointCorpus:
 
 @spacy.registry.readers("spacy_crf.JointCorpus.v1")
 def create_joint_corpus_reader(
-    words: Optional[Path], ents: Optional[Path], max_length: int = 0, limit: int = 0, balance: bool = True,
+    words: Optional[Path],
+    ents: Optional[Path],
+    max_length: int = 0,
+    limit: int = 0,
+    balance: bool = True,
     ents_share: float = 0.5,
 ) -> Callable[[Language], Iterable[Example]]:
     """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)

@@ -1,5 +1,6 @@
 """SIGHAN word segmentation files: one sentence a line, words separated by
 spaces (``sighan``), and the ``*_training_words.utf8`` dictionaries."""
+
 import re
 from collections import Counter
 from pathlib import Path

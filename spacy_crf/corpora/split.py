@@ -1,5 +1,6 @@
 """Splitting long docs (never inside a word, entity or span) and carving a
 dev set out of a training corpus."""
+
 import random
 import unicodedata
 from collections import Counter
@@ -94,7 +95,7 @@ def split_long(doc: Doc, max_chars: int, *, stats: Optional[Counter] = None) -> 
             unit = "entity or span" if end > start + 1 else "word (token)"
             raise SplitError(
                 f"{doc_source(doc)}: cannot split into pieces of at most {max_chars} characters: the {unit} "
-                f"{text[char_at[start]:char_at[end]]!r} at chars {char_at[start]}-{char_at[end]} is longer"
+                f"{text[char_at[start] : char_at[end]]!r} at chars {char_at[start]}-{char_at[end]} is longer"
             )
         if stats is not None:
             stats[CUT_KINDS[level]] += 1
@@ -172,8 +173,9 @@ def dev_blocks(n_docs: int, n_dev: int, block_size: int, seed: int) -> List[Tupl
     return blocks
 
 
-def carve_dev(docs: Sequence[T], ratio: float, seed: int, *, carve: str = "blocks",
-              block_size: int = DEFAULT_BLOCK_SIZE) -> Tuple[List[T], List[T]]:
+def carve_dev(
+    docs: Sequence[T], ratio: float, seed: int, *, carve: str = "blocks", block_size: int = DEFAULT_BLOCK_SIZE
+) -> Tuple[List[T], List[T]]:
     """Split docs into (train, dev): :func:`dev_size` docs, drawn with ``seed``.
     Both parts keep the original order. Deterministic given the seed.
 

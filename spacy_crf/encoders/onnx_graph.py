@@ -17,6 +17,7 @@ fused attention, embeddings + layer norm) were not faster on top of them
 for this package's encoders on CPU (see docs/results.md), so the saved
 graph is the plain export.
 """
+
 import importlib
 import inspect
 import io
@@ -129,9 +130,17 @@ def export_onnx(transformer: torch.nn.Module, tokenizer=None) -> bytes:
             # deprecation: the graph is checked against torch by the tests
             warnings.simplefilter("ignore")
             # torch's stub says path only; the exporter writes to any binary file object
-            torch.onnx.export(wrapper, dummy, buffer,  # type: ignore[arg-type]
-                              input_names=list(names), output_names=list(outputs), dynamic_axes=axes,
-                              opset_version=OPSET, do_constant_folding=True, **kwargs)
+            torch.onnx.export(
+                wrapper,
+                dummy,
+                buffer,  # type: ignore[arg-type]
+                input_names=list(names),
+                output_names=list(outputs),
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                do_constant_folding=True,
+                **kwargs,
+            )
     finally:
         transformer.train(was_training)
     return buffer.getvalue()
@@ -226,7 +235,9 @@ class OnnxEncoder(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, **kwargs):
         if kwargs:
-            raise ValueError(f"The ONNX encoder takes input_ids, attention_mask and token_type_ids, not {sorted(kwargs)}")
+            raise ValueError(
+                f"The ONNX encoder takes input_ids, attention_mask and token_type_ids, not {sorted(kwargs)}"
+            )
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         if feeds["attention_mask"] is None:
             feeds["attention_mask"] = torch.ones_like(input_ids)
@@ -237,8 +248,9 @@ class OnnxEncoder(torch.nn.Module):
         if feeds["token_type_ids"] is None and "token_type_ids" in names:
             feeds["token_type_ids"] = torch.zeros_like(input_ids)
         if input_ids.numel() == 0:  # no pieces: ONNX Runtime's kernels want at least one
-            return BaseModelOutputWithPooling(last_hidden_state=torch.zeros(
-                (*input_ids.shape, self.config.hidden_size), dtype=torch.float32))
+            return BaseModelOutputWithPooling(
+                last_hidden_state=torch.zeros((*input_ids.shape, self.config.hidden_size), dtype=torch.float32)
+            )
         arrays = {n: numpy.ascontiguousarray(feeds[n].detach().cpu().numpy(), dtype=numpy.int64) for n in names}
         values = session.run(None, arrays)
         output_names = [o.name for o in session.get_outputs()]

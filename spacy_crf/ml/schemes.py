@@ -18,6 +18,7 @@ which reports each repair through an optional callback so that corpus
 readers can warn about them), and spaCy's BILUO tags -> a scheme's tags
 (:func:`from_biluo`).
 """
+
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
@@ -49,9 +50,7 @@ class TransitionMask(NamedTuple):
 
 def check_scheme(scheme: str) -> str:
     if scheme not in SCHEMES:
-        raise SchemeError(
-            f"Unknown tag scheme {scheme!r}. Choose one of: {', '.join(SCHEMES)}."
-        )
+        raise SchemeError(f"Unknown tag scheme {scheme!r}. Choose one of: {', '.join(SCHEMES)}.")
     return scheme
 
 
@@ -82,8 +81,7 @@ def check_labels(scheme: str, labels: Iterable[str]) -> List[str]:
         for label in labels:
             if label == OUTSIDE:
                 raise SchemeError(
-                    f"'O' is not an entity type (scheme {scheme!r}): pass entity "
-                    "types such as 'PER', 'LOC'."
+                    f"'O' is not an entity type (scheme {scheme!r}): pass entity types such as 'PER', 'LOC'."
                 )
             if len(label) > 2 and label[1] == "-" and label[0] in "BIESLU":
                 raise SchemeError(
@@ -143,12 +141,8 @@ def transition_mask(scheme: str, tags: Sequence[str]) -> TransitionMask:
     check_scheme(scheme)
     n = len(tags)
     if scheme == "tag":
-        return TransitionMask(
-            numpy.ones((n, n), dtype=bool), numpy.ones(n, bool), numpy.ones(n, bool)
-        )
-    allowed = numpy.array(
-        [[_can_follow(scheme, a, b) for b in tags] for a in tags], dtype=bool
-    ).reshape(n, n)
+        return TransitionMask(numpy.ones((n, n), dtype=bool), numpy.ones(n, bool), numpy.ones(n, bool))
+    allowed = numpy.array([[_can_follow(scheme, a, b) for b in tags] for a in tags], dtype=bool).reshape(n, n)
     start = numpy.array([_can_start(scheme, t) for t in tags], dtype=bool)
     end = numpy.array([_can_end(scheme, t) for t in tags], dtype=bool)
     return TransitionMask(allowed, start, end)
@@ -216,9 +210,7 @@ def from_biluo(tag: str, scheme: str) -> str:
     return f"{prefix}-{label}"
 
 
-def tags_to_spans(
-    scheme: str, tags: Sequence[Optional[str]], on_repair: Optional[RepairCallback] = None
-) -> List[Span]:
+def tags_to_spans(scheme: str, tags: Sequence[Optional[str]], on_repair: Optional[RepairCallback] = None) -> List[Span]:
     """Decode tags into spans, tolerating ill-formed sequences.
 
     Constrained Viterbi never produces ill-formed sequences, but a softmax

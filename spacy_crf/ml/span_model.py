@@ -34,16 +34,17 @@ which returns the gradient of those projections. The parameters are named
 ``span_start_W``, ``span_start_b``, ``span_end_W``, ``span_end_b`` so that
 :mod:`spacy_crf.training.optimizers` can give them a learning-rate group (``span_*``).
 """
+
 import math
 from typing import List, Optional, Sequence, Tuple
 
 import numpy
 import torch
+from spacy.tokens import Doc
+from spacy.util import registry
 from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_init
 from thinc.types import Floats2d
 from thinc.util import torch2xp, xp2torch
-from spacy.tokens import Doc
-from spacy.util import registry
 
 START_W, START_B, END_W, END_B = "span_start_W", "span_start_b", "span_end_W", "span_end_b"
 #: gold cell values: a gold span, not a gold span, unknown (left out of the loss)
@@ -169,8 +170,9 @@ def valid_cells(lengths: Sequence[int], T: int, max_length: int = 0, device=None
     return cells[None] & inside[:, :, None] & inside[:, None, :]
 
 
-def multilabel_categorical_crossentropy(scores: torch.Tensor, positive: torch.Tensor,
-                                        negative: torch.Tensor) -> torch.Tensor:
+def multilabel_categorical_crossentropy(
+    scores: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor
+) -> torch.Tensor:
     """``log(1 + Σ_N exp(s)) + log(1 + Σ_P exp(-s))`` over the last dimension
     (bool masks ``positive``/``negative``; cells in neither are left out)."""
     neg_inf = torch.finfo(scores.dtype).min
@@ -229,7 +231,7 @@ def span_loss(
 #: one go; above it (a long doc pads every doc of its batch to its length,
 #: and its table grows with the square of that length) each doc is scored
 #: on its own, in blocks of start tokens.
-MAX_CELLS = 2 ** 24
+MAX_CELLS = 2**24
 
 
 def predict_spans(
@@ -274,8 +276,15 @@ def _best_first(preds: List[Prediction], cap: int = 0) -> None:
         del preds[cap:]
 
 
-def _collect(scores: torch.Tensor, hits: torch.Tensor, out: List[List[Prediction]], docs: Sequence[int],
-             first_row: int = 0, first_col: int = 0, caps: Optional[Sequence[int]] = None) -> None:
+def _collect(
+    scores: torch.Tensor,
+    hits: torch.Tensor,
+    out: List[List[Prediction]],
+    docs: Sequence[int],
+    first_row: int = 0,
+    first_col: int = 0,
+    caps: Optional[Sequence[int]] = None,
+) -> None:
     """Append the cells of ``hits`` (bool, like ``scores`` [B, L, R, C]) to ``out[docs[b]]``;
     rows are start tokens counted from ``first_row``, columns end tokens from
     ``first_col``. ``caps[b]`` (if > 0): only the best ``caps[b]`` cells of
@@ -291,8 +300,16 @@ def _collect(scores: torch.Tensor, hits: torch.Tensor, out: List[List[Prediction
             out[docs[b]].append((first_row + i, first_col + j + 1, label, float(value)))
 
 
-def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_length: int, threshold: float,
-                  max_cells: int, out: List[Prediction], cap: int = 0) -> None:
+def _predict_long(
+    projection: Floats2d,
+    n_labels: int,
+    use_rope: bool,
+    max_length: int,
+    threshold: float,
+    max_cells: int,
+    out: List[Prediction],
+    cap: int = 0,
+) -> None:
     """One doc, scored in blocks of start tokens: RoPE needs the absolute
     positions, so the start and end vectors are rotated once for the whole
     doc; each block's table is ``[L, rows, columns]``, the columns being
@@ -306,7 +323,7 @@ def _predict_long(projection: Floats2d, n_labels: int, use_rope: bool, max_lengt
     if max_length <= 0:
         rows = max(1, max_cells // (n_labels * n))  # a block: [L, rows, n]
     else:  # a block: [L, rows, rows - 1 + max_length]; the largest rows that fits
-        rows = max(1, int((math.sqrt(max_length ** 2 + 4 * max_cells / n_labels) - max_length) / 2))
+        rows = max(1, int((math.sqrt(max_length**2 + 4 * max_cells / n_labels) - max_length) / 2))
     for start in range(0, n, rows):
         stop = min(n, start + rows)
         end = n if max_length <= 0 else min(n, stop - 1 + max_length)

@@ -17,16 +17,17 @@ backprop takes nothing else).
 Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
 so that :mod:`spacy_crf.training.optimizers` can put them in learning-rate groups.
 """
+
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
+from spacy.tokens import Doc
+from spacy.util import registry
 from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_init
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
-from spacy.tokens import Doc
-from spacy.util import registry
 
 from . import crf
 from .schemes import TransitionMask
@@ -47,6 +48,7 @@ def install_fork_hook() -> None:
     if not _fork_hook_installed and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
         _fork_hook_installed = True
+
 
 TRANSITIONS, START, END = "crf_transitions", "crf_start", "crf_end"
 EMISSION_W, EMISSION_B = "crf_emission_W", "crf_emission_b"
@@ -222,9 +224,7 @@ def _crf_tensors(layer: Model, requires_grad: bool = False):
 def torch_constraints(mask: Optional[TransitionMask], device=None) -> Optional[crf.Constraints]:
     if mask is None:
         return None
-    return crf.Constraints(
-        *(torch.as_tensor(numpy.asarray(m), dtype=torch.bool, device=device) for m in mask)
-    )
+    return crf.Constraints(*(torch.as_tensor(numpy.asarray(m), dtype=torch.bool, device=device) for m in mask))
 
 
 def _gold_tensor(gold: Sequence[Ints1d], T: int, device) -> torch.Tensor:
@@ -268,8 +268,11 @@ def crf_loss(
         )
         loss = nll.sum()
         loss.backward()
-        d_params = {name: torch2xp(tensor.grad) for name, tensor in
-                    ((TRANSITIONS, transitions), (START, start), (END, end)) if tensor is not None}
+        d_params = {
+            name: torch2xp(tensor.grad)
+            for name, tensor in ((TRANSITIONS, transitions), (START, start), (END, end))
+            if tensor is not None
+        }
     else:
         log_probs = torch.log_softmax(emissions, dim=-1)
         loss = torch.nn.functional.nll_loss(
@@ -281,7 +284,9 @@ def crf_loss(
     return float(loss.detach()), CRFGradient(d_scores, d_params)
 
 
-def _pad_tag_masks(tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], emissions: torch.Tensor) -> Optional[torch.Tensor]:
+def _pad_tag_masks(
+    tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], emissions: torch.Tensor
+) -> Optional[torch.Tensor]:
     """Per-doc allowed-tag masks (bool ``[n_i, K]``, or None: every tag
     allowed) -> one bool ``[B, T, K]`` tensor (padding allowed); None when no
     doc has a mask."""
@@ -317,8 +322,15 @@ def _inference(
         tag_mask = _pad_tag_masks(tag_masks, emissions)
         if model.attrs.get("use_crf", True):
             transitions, start, end = _crf_tensors(model.get_ref("crf"))
-            out = crf_fn(emissions, mask, transitions, start, end,
-                         constraints=torch_constraints(constraints, emissions.device), tag_mask=tag_mask)
+            out = crf_fn(
+                emissions,
+                mask,
+                transitions,
+                start,
+                end,
+                constraints=torch_constraints(constraints, emissions.device),
+                tag_mask=tag_mask,
+            )
         else:
             if tag_mask is not None:
                 emissions = emissions.masked_fill(~tag_mask, crf.IMPOSSIBLE)
@@ -338,9 +350,18 @@ def decode(
     tag_masks: per doc, None or a bool ``[n, K]`` array of the tags allowed at
         each position; a position with one allowed tag is forced, and the rest
         of the path is decoded around it (``crf.viterbi``'s ``tag_mask``)."""
-    return _inference(model, scores, constraints, lambda *a, **k: crf.viterbi(*a, **k)[0],
-                      lambda emissions: emissions.argmax(dim=-1) if emissions.numel()
-                      else emissions.new_zeros(emissions.shape[:2], dtype=torch.long), tag_masks)
+    return _inference(
+        model,
+        scores,
+        constraints,
+        lambda *a, **k: crf.viterbi(*a, **k)[0],
+        lambda emissions: (
+            emissions.argmax(dim=-1)
+            if emissions.numel()
+            else emissions.new_zeros(emissions.shape[:2], dtype=torch.long)
+        ),
+        tag_masks,
+    )
 
 
 def marginals(
@@ -351,8 +372,9 @@ def marginals(
 ) -> List[Floats2d]:
     """Per-token tag posteriors [n, K] per doc (softmax for the softmax head);
     ``tag_masks`` as in :func:`decode` (forbidden tags get probability 0)."""
-    return _inference(model, scores, constraints, crf.marginals,
-                      lambda emissions: torch.softmax(emissions, dim=-1), tag_masks)
+    return _inference(
+        model, scores, constraints, crf.marginals, lambda emissions: torch.softmax(emissions, dim=-1), tag_masks
+    )
 
 
 def is_initialized(model: Model) -> bool:
@@ -368,8 +390,10 @@ def transition_scores(model: Model) -> Tuple[numpy.ndarray, Optional[numpy.ndarr
         raise ValueError("This model has no CRF layer (use_crf = false): there are no transitions.")
     layer = model.get_ref("crf")
     if layer.has_param(TRANSITIONS) is not True:
-        raise ValueError("The CRF layer has no weights yet: the model is not initialized "
-                         "(call nlp.initialize() or load a trained pipeline).")
+        raise ValueError(
+            "The CRF layer has no weights yet: the model is not initialized "
+            "(call nlp.initialize() or load a trained pipeline)."
+        )
     ops = layer.ops
 
     def get(name):

@@ -6,6 +6,7 @@ in which the impossible transition scores lower: 1.0 means that from every
 state every forbidden move scores below every allowed one; about 0.5 means
 the CRF learned nothing about the scheme's structure.
 """
+
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -95,9 +96,11 @@ class TransitionTable:
     def violations(self) -> List[Tuple[str, str, str]]:
         """The (state, impossible next, possible next) triples ranked wrong:
         the impossible move scores at least as high as the possible one."""
-        return [(state, self.tags[impossible[a]], self.tags[possible[b]])
-                for state, impossible, possible, right in self._rankings()
-                for a, b in zip(*numpy.nonzero(~right))]
+        return [
+            (state, self.tags[impossible[a]], self.tags[possible[b]])
+            for state, impossible, possible, right in self._rankings()
+            for a, b in zip(*numpy.nonzero(~right))
+        ]
 
     def to_dict(self) -> Dict[str, object]:
         out: Dict[str, object] = {
@@ -113,14 +116,24 @@ class TransitionTable:
 
     @classmethod
     def from_dict(cls, data: Dict[str, object], allowed: Optional[TransitionMask] = None) -> "TransitionTable":
-        return cls(data["tags"], numpy.array(data["transitions"]), numpy.array(data["start"]), numpy.array(data["end"]), allowed)
+        return cls(
+            data["tags"],
+            numpy.array(data["transitions"]),
+            numpy.array(data["start"]),
+            numpy.array(data["end"]),
+            allowed,
+        )
 
     def __str__(self) -> str:
         from wasabi import table
 
-        rows = [[label] + [f"{v:.2f}" if not numpy.isnan(v) else "" for v in row]
-                for label, row in zip(self.row_labels, self.matrix)]
-        return table(rows, header=["from \\ to"] + self.col_labels, divider=True, aligns=["l"] + ["r"] * len(self.col_labels))
+        rows = [
+            [label] + [f"{v:.2f}" if not numpy.isnan(v) else "" for v in row]
+            for label, row in zip(self.row_labels, self.matrix)
+        ]
+        return table(
+            rows, header=["from \\ to"] + self.col_labels, divider=True, aligns=["l"] + ["r"] * len(self.col_labels)
+        )
 
     def plot(self, path: Union[str, Path], title: Optional[str] = None) -> Path:
         """Save the table as a heatmap PNG; forbidden moves are hatched."""
@@ -152,4 +165,3 @@ class TransitionTable:
         ax.set_title((title or "CRF transition scores") + subtitle)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
         return save_figure(fig, path, dpi=110)
-

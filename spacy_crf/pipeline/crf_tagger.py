@@ -37,40 +37,52 @@ listener upstream (a shared ``transformer`` or ``tok2vec``), the tagger can
 only vouch for its own loss, its gradient to the listener and its own
 parameters: the encoder's own update is that component's business.
 """
+
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy
-from thinc.api import Model
-from thinc.types import Floats2d, Ints1d
 from spacy.attrs import IS_SPACE
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
+from thinc.api import Model
+from thinc.types import Floats2d, Ints1d
 
-from . import forced_tags as forced
-from . import user_dict as _user_dict, user_dict_decoding as _decoding
-from ..ml import tagger_model as crf_model
-from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
-from .guarded_update import ON_NONFINITE, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
-from .trainable_head import TrainableHead
-from .lexicon import Lexicon, set_lexicon
-from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
-from ..ml.schemes import (SchemeError, TransitionMask, check_labels, check_scheme, make_tags, tags_to_spans,
-                          transition_mask)
-from .scorers import score_crf_tagger
-from ..ml.transitions import TransitionTable
 from ..doc_keys import DEFAULT_SPANS_KEY
+from ..ml import tagger_model as crf_model
+from ..ml.schemes import (
+    SchemeError,
+    TransitionMask,
+    check_labels,
+    check_scheme,
+    make_tags,
+    tags_to_spans,
+    transition_mask,
+)
+from ..ml.transitions import TransitionTable
 from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
+from . import forced_tags as forced
+from . import user_dict as _user_dict
+from . import user_dict_decoding as _decoding
+from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
+from .guarded_update import ON_NONFINITE, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from .lexicon import Lexicon, set_lexicon
+from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
+from .scorers import score_crf_tagger
+from .trainable_head import TrainableHead
+
 
 class CRFTagger(TrainableHead):
     """Label token sequences with a linear-chain CRF over token features."""
 
-    nonfinite_causes = ("a too large learning rate or CRF multiplier, no grad_clip, NaN features from an "
-                        "upstream encoder, or NaN weights")
+    nonfinite_causes = (
+        "a too large learning rate or CRF multiplier, no grad_clip, NaN features from an "
+        "upstream encoder, or NaN weights"
+    )
 
     def __init__(
         self,
@@ -173,8 +185,10 @@ class CRFTagger(TrainableHead):
         :meth:`emission_scores`, for a caller that changes the scores first
         (e.g. tuning a lexicon's weight on a dev set)."""
         if len(scores) != len(docs) or any(s.shape != (len(d), len(self.tags)) for s, d in zip(scores, docs)):
-            raise ValueError(f"[{self.name}] decode: expected one [len(doc), {len(self.tags)}] score array per doc, "
-                             f"got shapes {[tuple(s.shape) for s in scores]} for {len(docs)} docs")
+            raise ValueError(
+                f"[{self.name}] decode: expected one [len(doc), {len(self.tags)}] score array per doc, "
+                f"got shapes {[tuple(s.shape) for s in scores]} for {len(docs)} docs"
+            )
         return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
 
     def predict_marginals(self, docs: Iterable[Doc], *, respect_preset: bool = False) -> List[Floats2d]:
@@ -202,8 +216,10 @@ class CRFTagger(TrainableHead):
         if self.lexicon is not None and weight:
             tags = self.tags
             ops = self.model.ops
-            scores = [s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight))  # type: ignore[arg-type]
-                      for s, doc in zip(scores, docs)]
+            scores = [
+                s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight))  # type: ignore[arg-type]
+                for s, doc in zip(scores, docs)
+            ]
         return _decoding.add_prior(self, docs, scores)
 
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
@@ -225,8 +241,9 @@ class CRFTagger(TrainableHead):
         Returns the number of words given."""
         return _user_dict.add_words(self, words, mode, weight)
 
-    def add_user_entities(self, entities: Iterable[Tuple[str, str]], *, mode: str = "force",
-                          weight: Optional[float] = None) -> int:
+    def add_user_entities(
+        self, entities: Iterable[Tuple[str, str]], *, mode: str = "force", weight: Optional[float] = None
+    ) -> int:
         """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
         tagger, without retraining: ``mode="force"`` decodes every occurrence
         as that entity (as a preset entity), ``"prior"`` adds ``weight``
@@ -241,8 +258,9 @@ class CRFTagger(TrainableHead):
         doc already says (entities, or entity boundaries with ``respect_ents``).
         The user dictionary's forced entries are always applied
         (:func:`spacy_crf.pipeline.user_dict_decoding.constrain`)."""
-        mask = forced.tag_mask(doc, self.scheme, self.tags, self.labels, preset=preset,
-                               respect_ents=self.cfg.get("respect_ents", False))
+        mask = forced.tag_mask(
+            doc, self.scheme, self.tags, self.labels, preset=preset, respect_ents=self.cfg.get("respect_ents", False)
+        )
         return _decoding.constrain(self, doc, mask, preset=preset)
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
@@ -269,8 +287,9 @@ class CRFTagger(TrainableHead):
 
     # --- training -------------------------------------------------------------
 
-    def get_loss(self, examples: Iterable[Example],
-                 scores: List[Floats2d]) -> Tuple[float, Union[crf_model.CRFGradient, List[Floats2d]]]:
+    def get_loss(
+        self, examples: Iterable[Example], scores: List[Floats2d]
+    ) -> Tuple[float, Union[crf_model.CRFGradient, List[Floats2d]]]:
         """Negative log-likelihood of the gold tags, summed over the docs, and
         its gradient (a ``CRFGradient`` with a CRF layer, see
         :func:`~spacy_crf.ml.tagger_model.crf_loss`)."""

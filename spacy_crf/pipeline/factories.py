@@ -18,19 +18,20 @@ their default score weights, so a config that uses them needs no
 (GlobalPointer) head: nested spans to ``doc.spans[spans_key]``, the best
 non-overlapping ones to ``doc.ents``; weights ``ents_f``.
 """
+
 import inspect
 from typing import Callable, Dict, List, Optional, Tuple
 
-from thinc.api import Config, Model
-from thinc.types import Floats2d
 from spacy.language import Language
 from spacy.tokens import Doc
+from thinc.api import Config, Model
+from thinc.types import Floats2d
 
-from .crf_tagger import CRFTagger
-from .user_dict import add_from_file
-from .span_ner import DEFAULT_MAX_LENGTH, DEFAULT_SPAN_KEY, SpanNER
-from ..ml.schemes import SchemeError, check_scheme
 from ..doc_keys import DEFAULT_SPANS_KEY
+from ..ml.schemes import SchemeError, check_scheme
+from .crf_tagger import CRFTagger
+from .span_ner import DEFAULT_MAX_LENGTH, DEFAULT_SPAN_KEY, SpanNER
+from .user_dict import add_from_file
 
 DEFAULT_MODEL_CONFIG = """
 [model]
@@ -135,8 +136,10 @@ def make_crf_tagger(
     except SchemeError as e:
         raise ValueError(f"[{name}] {e}") from None
     if respect_ents and scheme != "bmes":
-        raise ValueError(f"[{name}] respect_ents applies to scheme 'bmes' (word segmentation), "
-                         f"not {scheme!r}: entity taggers always keep the entities already on a doc.")
+        raise ValueError(
+            f"[{name}] respect_ents applies to scheme 'bmes' (word segmentation), "
+            f"not {scheme!r}: entity taggers always keep the entities already on a doc."
+        )
     if on_nonfinite not in ("raise", "skip"):
         raise ValueError(f"[{name}] on_nonfinite must be 'raise' or 'skip', not {on_nonfinite!r}.")
     pipe = CRFTagger(
@@ -180,9 +183,13 @@ make_crf_ner = Language.factory(
     assigns=["doc.ents", "token.ent_iob", "token.ent_type"],
     default_config={**COMMON_CONFIG, "scheme": "bioes", "scorer": {"@scorers": "spacy_crf.ents_scorer.v1"}},
     default_score_weights=ENTS_WEIGHTS,
-    func=_variant("crf_ner", ("bio", "bioes"), """Create a CRF entity tagger: scheme "bio" or "bioes" (default);
+    func=_variant(
+        "crf_ner",
+        ("bio", "bioes"),
+        """Create a CRF entity tagger: scheme "bio" or "bioes" (default);
     writes ``doc.ents``; scored by ``ents_p/r/f`` and ``ents_per_type``. The
-    other settings are those of ``crf_tagger``."""),
+    other settings are those of ``crf_tagger``.""",
+    ),
 )
 
 make_crf_segmenter = Language.factory(
@@ -190,24 +197,40 @@ make_crf_segmenter = Language.factory(
     assigns=["doc.spans"],
     default_config={**COMMON_CONFIG, "scheme": "bmes", "scorer": {"@scorers": "spacy_crf.words_scorer.v1"}},
     default_score_weights=WORDS_WEIGHTS,
-    func=_variant("crf_segmenter", ("bmes",), """Create a CRF word segmenter: scheme "bmes"; writes the predicted
+    func=_variant(
+        "crf_segmenter",
+        ("bmes",),
+        """Create a CRF word segmenter: scheme "bmes"; writes the predicted
     words to ``doc.spans[spans_key]`` (``crf_merge_words`` turns them into
     tokens); scored by ``words_p/r/f``. The other settings are those of
-    ``crf_tagger``."""),
+    ``crf_tagger``.""",
+    ),
 )
 
 
-DEFAULT_SPAN_MODEL = {"@architectures": "spacy_crf.SpanPointer.v1", "nO": None, "width": 64, "rope": True,
-                      "tok2vec": DEFAULT_MODEL["tok2vec"]}
-SPANS_WEIGHTS = {f"spans_{DEFAULT_SPAN_KEY}_{k}": v for k, v in (("f", 0.0), ("p", 0.0), ("r", 0.0), ("per_type", None))}
+DEFAULT_SPAN_MODEL = {
+    "@architectures": "spacy_crf.SpanPointer.v1",
+    "nO": None,
+    "width": 64,
+    "rope": True,
+    "tok2vec": DEFAULT_MODEL["tok2vec"],
+}
+SPANS_WEIGHTS = {
+    f"spans_{DEFAULT_SPAN_KEY}_{k}": v for k, v in (("f", 0.0), ("p", 0.0), ("r", 0.0), ("per_type", None))
+}
 
 
 @Language.factory(
     "span_ner",
     assigns=["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans"],
-    default_config={"model": DEFAULT_SPAN_MODEL, "spans_key": DEFAULT_SPAN_KEY, "max_length": DEFAULT_MAX_LENGTH,
-                    "threshold": 0.0, "scorer": {"@scorers": "spacy_crf.span_scorer.v1"},
-                    "on_nonfinite": "raise"},
+    default_config={
+        "model": DEFAULT_SPAN_MODEL,
+        "spans_key": DEFAULT_SPAN_KEY,
+        "max_length": DEFAULT_MAX_LENGTH,
+        "threshold": 0.0,
+        "scorer": {"@scorers": "spacy_crf.span_scorer.v1"},
+        "on_nonfinite": "raise",
+    },
     default_score_weights={**ENTS_WEIGHTS, **SPANS_WEIGHTS},
 )
 def make_span_ner(
@@ -240,5 +263,13 @@ def make_span_ner(
     scorer: ``spacy_crf.span_scorer.v1`` (``ents_*`` and ``spans_{spans_key}_*``).
     on_nonfinite: "raise" (default) or "skip", as for ``crf_tagger``.
     """
-    return SpanNER(nlp.vocab, model, name, spans_key=spans_key, max_length=max_length,
-                   threshold=threshold, scorer=scorer, on_nonfinite=on_nonfinite)
+    return SpanNER(
+        nlp.vocab,
+        model,
+        name,
+        spans_key=spans_key,
+        max_length=max_length,
+        threshold=threshold,
+        scorer=scorer,
+        on_nonfinite=on_nonfinite,
+    )

@@ -20,6 +20,7 @@ The CRF decodes around forced tags (``crf.viterbi``'s ``tag_mask``, a bool
   ``B``/``S``, its last ``E``/``S``, the token before it ``E``/``S`` and the
   one after it ``B``/``S``, so no word crosses an entity boundary.
 """
+
 from typing import List, Optional, Sequence
 
 import numpy

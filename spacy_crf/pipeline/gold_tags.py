@@ -7,6 +7,7 @@ which the CRF marginalises over. Whitespace tokens are unknown in every span
 scheme: decoding puts them outside every word and entity, and a reference
 word or entity may contain whitespace that the tagger cannot reproduce.
 """
+
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -14,8 +15,8 @@ import numpy
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from ..ml.schemes import from_biluo, make_tags, position_tag
 from ..doc_keys import has_gold_words, quote_text
+from ..ml.schemes import from_biluo, make_tags, position_tag
 
 UNKNOWN = -1
 

@@ -14,14 +14,15 @@ learning rate reaches 1e19 and stays there): a batch whose loss per token
 exceeds :data:`DIVERGENCE_FACTOR` times the first batch's (or 1 per token,
 if that is more) gets a warning, once per pipe.
 """
+
 import warnings
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from thinc.api import Model, set_dropout_rate
 from spacy.training import Example, validate_examples
+from thinc.api import Model, set_dropout_rate
 
-from . import load_checks as checks
 from ..doc_keys import quote_text
+from . import load_checks as checks
 
 #: values of the ``on_nonfinite`` setting
 ON_NONFINITE = ("raise", "skip")
@@ -57,8 +58,9 @@ class GuardedUpdate:
     _first_loss: Optional[float] = None
     _warned_divergence = False
 
-    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None,
-               losses: Optional[Dict[str, float]] = None) -> Dict[str, float]:
+    def update(
+        self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses: Optional[Dict[str, float]] = None
+    ) -> Dict[str, float]:
         """Learn from a batch, as ``TrainablePipe.update``, checking that the
         loss and the gradients are finite before anything is passed on or
         written (``on_nonfinite``: raise or skip the batch). A batch of empty
@@ -119,7 +121,9 @@ class GuardedUpdate:
         warnings.warn(
             f"[{self.name}] the training loss is diverging: {per_token:.3g} per token {self._where(examples)}, "
             f"over {DIVERGENCE_FACTOR:g} times the first batch's {self._first_loss:.3g}: the learning rate "
-            "(or this head's lr_multiplier) is probably too large; lower it or set grad_clip. (Reported once.)", stacklevel=3)
+            "(or this head's lr_multiplier) is probably too large; lower it or set grad_clip. (Reported once.)",
+            stacklevel=3,
+        )
 
     @staticmethod
     def _where(examples: List[Example]) -> str:
@@ -130,9 +134,12 @@ class GuardedUpdate:
         where = self._where(examples)
         if self.cfg.get("on_nonfinite", "raise") == "skip":
             self._skipped = True
-            warnings.warn(f"[{self.name}] {problem} {where}: batch skipped (on_nonfinite = \"skip\"); "
-                          "the weights are unchanged.", stacklevel=3)
+            warnings.warn(
+                f'[{self.name}] {problem} {where}: batch skipped (on_nonfinite = "skip"); the weights are unchanged.',
+                stacklevel=3,
+            )
             return
         raise checks.NonFiniteError(
             f"[{self.name}] {problem} {where}. Nothing was written to the weights. Usual causes: "
-            f"{self.nonfinite_causes}. Set on_nonfinite = \"skip\" to skip such batches with a warning.")
+            f'{self.nonfinite_causes}. Set on_nonfinite = "skip" to skip such batches with a warning.'
+        )

@@ -13,6 +13,7 @@ The bias is applied at prediction only (``CRFTagger.predict``,
 emission layer would learn to cancel a constant it sees in training. Tune
 ``weight`` on a dev set (the project's ``lexicon-tune`` command).
 """
+
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -43,8 +44,10 @@ class Lexicon:
             if not isinstance(word, str):
                 raise ValueError(f"lexicon: a word must be a string, got {word!r}")
             if len(word) > MAX_WORD_LENGTH:
-                raise ValueError(f"lexicon: the entry {word[:20]!r}... has {len(word):,} characters, "
-                                 f"more than the {MAX_WORD_LENGTH} a word may have (a text in a word list?)")
+                raise ValueError(
+                    f"lexicon: the entry {word[:20]!r}... has {len(word):,} characters, "
+                    f"more than the {MAX_WORD_LENGTH} a word may have (a text in a word list?)"
+                )
             if len(word) >= 2 and not any(ch.isspace() for ch in word):
                 kept.add(word)
         self.words = frozenset(kept)
@@ -90,8 +93,9 @@ class Lexicon:
         found.sort()
         return found
 
-    def emission_bias(self, doc: Doc, tags: Sequence[str], weight: float,
-                      matches: Optional[List[TokenSpan]] = None) -> numpy.ndarray:
+    def emission_bias(
+        self, doc: Doc, tags: Sequence[str], weight: float, matches: Optional[List[TokenSpan]] = None
+    ) -> numpy.ndarray:
         """The prior added to ``doc``'s emission scores: float32
         ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order).
         ``matches``: ``self.matches(doc)``, if the caller has it already."""
@@ -102,7 +106,7 @@ class Lexicon:
         bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
         for start, end in self.matches(doc) if matches is None else matches:
             bias[start, columns["B"]] += weight
-            bias[start + 1:end - 1, columns["M"]] += weight
+            bias[start + 1 : end - 1, columns["M"]] += weight
             bias[end - 1, columns["E"]] += weight
         return bias
 
@@ -147,8 +151,7 @@ def check_weight(name: str, weight) -> float:
 def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> None:
     """:meth:`spacy_crf.pipeline.crf_tagger.CRFTagger.set_lexicon`."""
     if pipe.scheme != "bmes":
-        raise ValueError(f"[{pipe.name}] a lexicon applies to scheme 'bmes' (word segmentation), "
-                         f"not {pipe.scheme!r}.")
+        raise ValueError(f"[{pipe.name}] a lexicon applies to scheme 'bmes' (word segmentation), not {pipe.scheme!r}.")
     weight = check_weight(pipe.name, weight)
     if words is None:
         pipe.lexicon = None
@@ -156,8 +159,7 @@ def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> No
         return
     lexicon = words if isinstance(words, Lexicon) else Lexicon(words)
     if not len(lexicon):
-        raise ValueError(f"[{pipe.name}] the lexicon has no word of two or more characters "
-                         "without whitespace.")
+        raise ValueError(f"[{pipe.name}] the lexicon has no word of two or more characters without whitespace.")
     pipe.lexicon = lexicon
     pipe.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
 

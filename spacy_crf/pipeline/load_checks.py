@@ -11,6 +11,7 @@ are stored inside the weights file (the model's ``spacy_crf_outputs``
 attribute) and compared with the ``cfg``'s at load, so a cfg whose labels
 are permuted (or renamed) is refused instead of predicting the wrong labels.
 """
+
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -20,9 +21,9 @@ import srsly
 from spacy import util
 from thinc.api import Model, get_array_module
 
-from .lexicon import Lexicon, check_weight
-from ..ml.tagger_model import END, START, TRANSITIONS
 from ..ml.schemes import SchemeError
+from ..ml.tagger_model import END, START, TRANSITIONS
+from .lexicon import Lexicon, check_weight
 
 
 class NonFiniteError(ValueError):
@@ -108,8 +109,10 @@ def check_weights(model: Model, n_tags: int) -> List[str]:
         if layer.has_param(TRANSITIONS) is True:
             shape = tuple(layer.get_param(TRANSITIONS).shape)
             if shape != (n_tags, n_tags):
-                problems.append(f"the transition matrix is {shape[0]}x{shape[1] if len(shape) > 1 else '?'} "
-                                f"but the labels give {n_tags} tags")
+                problems.append(
+                    f"the transition matrix is {shape[0]}x{shape[1] if len(shape) > 1 else '?'} "
+                    f"but the labels give {n_tags} tags"
+                )
             for name in (START, END):
                 if layer.has_param(name) is True and tuple(layer.get_param(name).shape) != (n_tags,):
                     problems.append(f"{name} has shape {tuple(layer.get_param(name).shape)}, not ({n_tags},)")
@@ -176,8 +179,9 @@ def load_from_disk(pipe, path: Path, exclude: Iterable[str]):
 
     def load_cfg(p: Path) -> None:
         if not p.exists():
-            raise ValueError(f"[{pipe.name}] cannot load {where}: its 'cfg' file is missing "
-                             "(it holds the labels and the settings).")
+            raise ValueError(
+                f"[{pipe.name}] cannot load {where}: its 'cfg' file is missing (it holds the labels and the settings)."
+            )
         try:
             cfg = srsly.read_json(p)
         except Exception as e:
@@ -244,8 +248,9 @@ def load_from_bytes(pipe, bytes_data: bytes, exclude: Iterable[str]):
 
 def _load_cfg(pipe, cfg, where: str) -> None:
     if not isinstance(cfg, dict) or not isinstance(cfg.get("labels"), list):
-        raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg has no 'labels' "
-                         "(the labels the weights were trained with).")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: its cfg has no 'labels' (the labels the weights were trained with)."
+        )
     pipe.cfg.update(cfg)
 
 
@@ -258,11 +263,14 @@ def _check_lexicon_cfg(pipe, where: str) -> int:
         raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg's {str(e).split('] ', 1)[-1]}") from None
     size = pipe.cfg.get("lexicon_size", 0)
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg's lexicon_size must be a "
-                         f"whole number >= 0, got {size!r}.")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: its cfg's lexicon_size must be a whole number >= 0, got {size!r}."
+        )
     if size and pipe.cfg.get("scheme") != "bmes":
-        raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg announces a lexicon, which applies "
-                         f"to scheme 'bmes' only, not {pipe.cfg.get('scheme')!r}.")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: its cfg announces a lexicon, which applies "
+            f"to scheme 'bmes' only, not {pipe.cfg.get('scheme')!r}."
+        )
     return size
 
 
@@ -272,25 +280,33 @@ def _load_lexicon(pipe, words, where: str, what: str) -> None:
     if not expected:
         if words is not None:
             found = len(words) if isinstance(words, list) else type(words).__name__
-            raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg says there is no lexicon "
-                             f"(lexicon_size 0), but {what} holds {found} words: the files are from "
-                             "different saves (remove the file, or fix lexicon_size).")
+            raise ValueError(
+                f"[{pipe.name}] cannot load {where}: its cfg says there is no lexicon "
+                f"(lexicon_size 0), but {what} holds {found} words: the files are from "
+                "different saves (remove the file, or fix lexicon_size)."
+            )
         pipe.lexicon = None
         return
     if words is None:
-        raise ValueError(f"[{pipe.name}] cannot load {where}: its cfg announces a lexicon of {expected} "
-                         "words, but the 'lexicon' file is missing.")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: its cfg announces a lexicon of {expected} "
+            "words, but the 'lexicon' file is missing."
+        )
     if not isinstance(words, list) or len(words) != expected:
         found = len(words) if isinstance(words, list) else type(words).__name__
-        raise ValueError(f"[{pipe.name}] cannot load {where}: {what} has {found} words, "
-                         f"its cfg says {expected}: the files are from different saves.")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: {what} has {found} words, "
+            f"its cfg says {expected}: the files are from different saves."
+        )
     try:
         lexicon = Lexicon(words)
     except ValueError as e:
         raise ValueError(f"[{pipe.name}] cannot load {where}: {what}: {e}") from None
     if len(lexicon) != expected:
-        raise ValueError(f"[{pipe.name}] cannot load {where}: {what} holds {expected - len(lexicon)} "
-                         "unusable entries (shorter than two characters, or with whitespace).")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: {what} holds {expected - len(lexicon)} "
+            "unusable entries (shorter than two characters, or with whitespace)."
+        )
     pipe.lexicon = lexicon
 
 
@@ -302,8 +318,10 @@ def _load_model(pipe, data: bytes, what: str) -> None:
     try:
         pipe.model.from_bytes(data)
     except Exception as e:
-        raise ValueError(f"[{pipe.name}] cannot load {what}: it is truncated, corrupt or from "
-                         f"another model ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"[{pipe.name}] cannot load {what}: it is truncated, corrupt or from "
+            f"another model ({type(e).__name__}: {e})"
+        ) from None
 
 
 def _check_outputs(pipe, outputs: List[str], where: str) -> List[str]:
@@ -311,9 +329,12 @@ def _check_outputs(pipe, outputs: List[str], where: str) -> List[str]:
     saved = pipe.model.attrs.get(OUTPUTS_ATTR)
     if saved is None:
         if _output_layer(pipe.model).maybe_get_dim("nO") is not None:  # weights were loaded
-            warnings.warn(f"[{pipe.name}] {where}: the weights were saved without the order of their "
-                          "outputs (an older version), so the labels' order cannot be checked; "
-                          "save the pipeline again to store it.", stacklevel=2)
+            warnings.warn(
+                f"[{pipe.name}] {where}: the weights were saved without the order of their "
+                "outputs (an older version), so the labels' order cannot be checked; "
+                "save the pipeline again to store it.",
+                stacklevel=2,
+            )
         return []
     saved = list(saved)
     if len(saved) != len(outputs):
@@ -321,8 +342,10 @@ def _check_outputs(pipe, outputs: List[str], where: str) -> List[str]:
     for i, (a, b) in enumerate(zip(saved, outputs)):
         if a != b:
             why = "the labels are in another order" if sorted(saved) == sorted(outputs) else "other labels"
-            return [f"output {i} of the weights is {a!r} but {b!r} by the cfg's labels ({why} than "
-                    "the weights were saved with: it would predict the wrong labels)"]
+            return [
+                f"output {i} of the weights is {a!r} but {b!r} by the cfg's labels ({why} than "
+                "the weights were saved with: it would predict the wrong labels)"
+            ]
     return []
 
 
@@ -336,5 +359,6 @@ def _check_loaded(pipe, where: str, exclude: Iterable[str]) -> None:
         problems = _check_outputs(pipe, outputs, where)
     if problems:
         scheme = f"scheme {pipe.cfg['scheme']!r}, " if "scheme" in pipe.cfg else ""
-        raise ValueError(f"[{pipe.name}] cannot load {where}: " + "; ".join(problems)
-                         + f" ({scheme}labels {list(pipe.labels)}).")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: " + "; ".join(problems) + f" ({scheme}labels {list(pipe.labels)})."
+        )

@@ -53,12 +53,25 @@ Guarantees:
 The component has no state besides its config, so it survives
 ``nlp.to_disk``/``spacy.load`` and ``nlp.pipe(..., n_process=2)``.
 """
+
 from itertools import chain
 from typing import List, Tuple
 
 import numpy
 from spacy.attrs import (
-    ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE, IS_SPACE, LEMMA, MORPH, NORM, ORTH, POS, SENT_START, SPACY, TAG,
+    ENT_ID,
+    ENT_IOB,
+    ENT_KB_ID,
+    ENT_TYPE,
+    IS_SPACE,
+    LEMMA,
+    MORPH,
+    NORM,
+    ORTH,
+    POS,
+    SENT_START,
+    SPACY,
+    TAG,
 )
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
@@ -215,14 +228,12 @@ def merge_words(
     # of unaligned entities become "O" (their entities move to the group).
     ent_rows = doc.to_array(_ENT_ATTRS).reshape((n, len(_ENT_ATTRS)))
     for ent in unaligned:
-        ent_rows[ent.start:ent.end] = (_IOB_O, 0, 0, 0)
+        ent_rows[ent.start : ent.end] = (_IOB_O, 0, 0, 0)
     unaligned_rows = [
         (int(new_index[e.start]), int(new_index[e.end - 1]) + 1, e.label, e.kb_id, e.id, [e.start_char, e.end_char])
         for e in unaligned
     ]
-    ents_before = [
-        (e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e, ok in zip(ents, aligned.tolist()) if ok
-    ]
+    ents_before = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e, ok in zip(ents, aligned.tolist()) if ok]
     if via_retokenizer or doc.has_annotation("DEP"):
         merged = _merge_in_place(doc, starts)
     else:
@@ -258,8 +269,9 @@ def _check_doc(doc: Doc, spans_key: str, keep_words: bool, unaligned_ents_key: s
         )
 
 
-def _token_starts(doc: Doc, spans_key: str, bounds, ent_bounds: numpy.ndarray, keep_words: bool,
-                  component: str) -> numpy.ndarray:
+def _token_starts(
+    doc: Doc, spans_key: str, bounds, ent_bounds: numpy.ndarray, keep_words: bool, component: str
+) -> numpy.ndarray:
     """``cut[i]``: a merged token starts at character token ``i`` (``cut[n]``:
     the end of the doc). A word is one token unless a space, an entity edge
     (except under ``keep_words``) or another span group's edge cuts it."""
@@ -354,12 +366,12 @@ def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
     rows[multi, _TOKEN_ATTRS.index(NORM)] = 0
     if char_rows[:, _TOKEN_ATTRS.index(LEMMA)].any():
         rows[multi, _TOKEN_ATTRS.index(LEMMA)] = [
-            vocab.strings.add("".join(t.lemma_ for t in doc[bounds[j]:bounds[j + 1]])) for j in multi
+            vocab.strings.add("".join(t.lemma_ for t in doc[bounds[j] : bounds[j + 1]])) for j in multi
         ]
     if vocab.vectors_length:
         for j in multi:
             if not vocab.get_vector(words[j]).any():
-                vocab.set_vector(words[j], doc[bounds[j]:bounds[j + 1]].vector)
+                vocab.set_vector(words[j], doc[bounds[j] : bounds[j + 1]].vector)
     merged.from_array(_TOKEN_ATTRS, rows)  # type: ignore[arg-type]  # an int array; thinc's Ints2d is nominal
     if doc.tensor is not None and getattr(doc.tensor, "size", 0) != 0:
         tensor = doc.tensor

@@ -6,6 +6,7 @@ bakeoff definition). Entities and tags use spaCy's own scorers so that the
 keys (``ents_p/r/f``, ``ents_per_type``, ``tag_acc``) and their maths match
 every other spaCy pipeline.
 """
+
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -16,8 +17,8 @@ from spacy.training import Example
 from spacy.util import registry
 
 from ..corpora.sighan import read_word_set
-from ..ml.schemes import BMES_TAGS, tags_to_spans
 from ..doc_keys import DEFAULT_SPAN_KEY, DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
+from ..ml.schemes import BMES_TAGS, tags_to_spans
 
 
 def predicted_words(doc: Doc, spans_key: Optional[str] = DEFAULT_SPANS_KEY) -> Set[Tuple[int, int]]:
@@ -107,8 +108,11 @@ def word_offsets_from_tags(tags: Sequence[str], doc: Doc) -> List[Tuple[int, int
 def tagged_words(doc: Doc) -> Set[Tuple[int, int]]:
     """Character offsets of the words the tokens' BMES ``tag_`` encode
     (whitespace is never a word)."""
-    return {(doc[s].idx, doc[e - 1].idx + len(doc[e - 1]))
-            for s, e in word_offsets_from_tags([t.tag_ for t in doc], doc) if not doc[s].is_space}
+    return {
+        (doc[s].idx, doc[e - 1].idx + len(doc[e - 1]))
+        for s, e in word_offsets_from_tags([t.tag_ for t in doc], doc)
+        if not doc[s].is_space
+    }
 
 
 def score_bmes_tag_words(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
@@ -177,8 +181,11 @@ def make_words_scorer_v2(iv_words: Optional[Path] = None) -> Callable:
             if Path(iv_words).exists():
                 cache["words"] = read_word_set(iv_words)
             else:
-                warnings.warn(f"spacy_crf.words_scorer.v2: the training word list {str(iv_words)!r} does not exist "
-                              "(relative to the working directory); OOV and IV recall are not scored", stacklevel=2)
+                warnings.warn(
+                    f"spacy_crf.words_scorer.v2: the training word list {str(iv_words)!r} does not exist "
+                    "(relative to the working directory); OOV and IV recall are not scored",
+                    stacklevel=2,
+                )
                 cache["words"] = None
         return cache["words"]
 
@@ -210,10 +217,16 @@ def score_span_ner(examples: Iterable[Example], spans_key: str = DEFAULT_SPAN_KE
     over reference docs that have that group)."""
     examples = list(examples)
     scores = dict(get_ner_prf(examples))
-    scores.update(Scorer.score_spans(
-        examples, f"spans_{spans_key}", getter=lambda doc, attr: doc.spans.get(spans_key, []),
-        has_annotation=lambda doc: spans_key in doc.spans, labeled=True, allow_overlap=True,
-    ))
+    scores.update(
+        Scorer.score_spans(
+            examples,
+            f"spans_{spans_key}",
+            getter=lambda doc, attr: doc.spans.get(spans_key, []),
+            has_annotation=lambda doc: spans_key in doc.spans,
+            labeled=True,
+            allow_overlap=True,
+        )
+    )
     return scores
 
 

@@ -21,25 +21,26 @@ doc teaches this component nothing, as an NER-less doc of
 predicted tokens make the cells starting or ending inside them unknown
 for their label.
 """
+
 import warnings
 from itertools import islice
 from typing import Callable, Iterable, List, Optional, Sequence
 
 import numpy
-from thinc.api import Model
-from thinc.types import Floats2d
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
+from thinc.api import Model
+from thinc.types import Floats2d
 
+from ..doc_keys import DEFAULT_SPAN_KEY, quote_text
+from ..ml import span_model
+from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
+from .forced_tags import preset_entity_tokens
 from .guarded_update import check_on_nonfinite
 from .scorers import make_span_scorer, score_span_ner  # noqa: F401 (their home before; the default scorer)
 from .trainable_head import TrainableHead
-from ..ml import span_model
-from .forced_tags import preset_entity_tokens
-from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
-from ..doc_keys import DEFAULT_SPAN_KEY, quote_text
 
 #: the default longest span, in tokens: the longest entity of the project's
 #: NER training sets is 58 characters (Resume; MSRA 35, CLUENER 44, Weibo 11).
@@ -73,16 +74,23 @@ class SpanNER(TrainableHead):
         self.model = model
         self.name = name
         self.scorer = scorer
-        self.cfg = {"labels": list(labels), "spans_key": spans_key, "max_length": int(max_length),
-                    "threshold": float(threshold), "on_nonfinite": on_nonfinite}
+        self.cfg = {
+            "labels": list(labels),
+            "spans_key": spans_key,
+            "max_length": int(max_length),
+            "threshold": float(threshold),
+            "on_nonfinite": on_nonfinite,
+        }
         self._warned_cap = False
 
     def add_label(self, label: str) -> int:
         if label in self.labels:
             return 0
         if self.model.get_ref("span_projection").has_dim("nO"):
-            raise ValueError(f"[{self.name}] cannot add label {label!r} after the model was initialized: "
-                             "pass all labels to initialize().")
+            raise ValueError(
+                f"[{self.name}] cannot add label {label!r} after the model was initialized: "
+                "pass all labels to initialize()."
+            )
         self.cfg["labels"] = list(self.labels) + [label]
         return 1
 
@@ -99,15 +107,19 @@ class SpanNER(TrainableHead):
         self._require_initialized("predict")
         projections = self.model.predict(docs)
         caps = [MAX_SPANS_PER_TOKEN * len(doc) * len(self.labels) for doc in docs]
-        preds = span_model.predict_spans(self.model, projections, self.cfg["max_length"], self.cfg["threshold"],
-                                         max_spans=caps)
+        preds = span_model.predict_spans(
+            self.model, projections, self.cfg["max_length"], self.cfg["threshold"], max_spans=caps
+        )
         full = next((i for i, (p, cap) in enumerate(zip(preds, caps)) if cap and len(p) >= cap), None)
         if full is not None and not self._warned_cap:
             self._warned_cap = True
-            warnings.warn(f"[{self.name}] doc {quote_text(docs[full], 40)}: as many spans scored above the "
-                          f"threshold as the cap allows ({caps[full]}: {MAX_SPANS_PER_TOKEN} per token and label); "
-                          "only the best are kept. The model is probably undertrained, or threshold too low. "
-                          "(Reported once.)", stacklevel=2)
+            warnings.warn(
+                f"[{self.name}] doc {quote_text(docs[full], 40)}: as many spans scored above the "
+                f"threshold as the cap allows ({caps[full]}: {MAX_SPANS_PER_TOKEN} per token and label); "
+                "only the best are kept. The model is probably undertrained, or threshold too low. "
+                "(Reported once.)",
+                stacklevel=2,
+            )
         return preds
 
     def span_scores(self, docs: Iterable[Doc]) -> List[numpy.ndarray]:
@@ -126,8 +138,9 @@ class SpanNER(TrainableHead):
         for doc, preds in zip(docs, predictions):
             preds = [p for p in preds if not (doc[p[0]].is_space or doc[p[1] - 1].is_space)]
             spans = [Span(doc, s, e, label=labels[label]) for s, e, label, _ in preds]
-            doc.spans[key] = SpanGroup(doc, name=key, spans=spans,
-                                       attrs={"scores": numpy.asarray([p[3] for p in preds], dtype="f")})
+            doc.spans[key] = SpanGroup(
+                doc, name=key, spans=spans, attrs={"scores": numpy.asarray([p[3] for p in preds], dtype="f")}
+            )
             write_greedy_entities(doc, [(s, e, labels[label]) for s, e, label, _ in preds])
 
     def _is_initialized(self) -> bool:
@@ -142,8 +155,13 @@ class SpanNER(TrainableHead):
         gold = [gold_cells(eg, self.labels, self.cfg["spans_key"]) for eg in examples]
         return span_model.span_loss(self.model, projections, gold, self.cfg["max_length"])
 
-    def initialize(self, get_examples: Callable[[], Iterable[Example]], *, nlp: Optional[Language] = None,
-                   labels: Optional[Sequence[str]] = None) -> None:
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        labels: Optional[Sequence[str]] = None,
+    ) -> None:
         """Set the labels (given, or found in the examples' entities and span
         groups plus those added before) and the model's shapes."""
         examples = list(islice(get_examples(), 1000))
@@ -158,13 +176,17 @@ class SpanNER(TrainableHead):
                     found.update(s.label_ for s in eg.reference.spans[key])
             labels = sorted(found)
         if not labels:
-            raise ValueError(f"[{self.name}] initialize() found no entity labels in the examples "
-                             f"(doc.ents or doc.spans[{self.cfg['spans_key']!r}]) and none were given.")
+            raise ValueError(
+                f"[{self.name}] initialize() found no entity labels in the examples "
+                f"(doc.ents or doc.spans[{self.cfg['spans_key']!r}]) and none were given."
+            )
         self.cfg["labels"] = list(labels)
         layer = self.model.get_ref("span_projection")
         if layer.has_dim("nO") and layer.get_dim("nO") != len(labels):
-            raise ValueError(f"[{self.name}] the model's nO is {layer.get_dim('nO')} but there are "
-                             f"{len(labels)} labels {list(labels)}.")
+            raise ValueError(
+                f"[{self.name}] the model's nO is {layer.get_dim('nO')} but there are "
+                f"{len(labels)} labels {list(labels)}."
+            )
         layer.set_dim("nO", len(labels))
         docs = [eg.reference for eg in examples[:10]] or [Doc(self.vocab, words=["x"])]
         self.model.initialize(X=docs)
@@ -206,8 +228,8 @@ def gold_cells(eg: Example, labels: Sequence[str], spans_key: str) -> Optional[n
     for token in missing:
         p = pred.char_span(token.idx, token.idx + len(token), alignment_mode="expand")
         if p is not None:
-            cells[:, p.start:p.end, :] = UNKNOWN
-            cells[:, :, p.start:p.end] = UNKNOWN
+            cells[:, p.start : p.end, :] = UNKNOWN
+            cells[:, :, p.start : p.end] = UNKNOWN
     for span in spans:
         label = label_ids.get(span.label_)
         if label is None:
@@ -218,6 +240,6 @@ def gold_cells(eg: Example, labels: Sequence[str], spans_key: str) -> Optional[n
             continue
         p = pred.char_span(span.start_char, span.end_char, alignment_mode="expand")
         if p is not None:
-            cells[label, p.start:p.end, :] = UNKNOWN
-            cells[label, :, p.start:p.end] = UNKNOWN
+            cells[label, p.start : p.end, :] = UNKNOWN
+            cells[label, :, p.start : p.end] = UNKNOWN
     return cells

@@ -8,6 +8,7 @@ A head adds its own files through :meth:`TrainableHead._extra_files` /
 :meth:`TrainableHead._load_extra` and says what "initialized" means in
 :meth:`TrainableHead._is_initialized`.
 """
+
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Tuple, Union
 
@@ -55,8 +56,10 @@ class TrainableHead(GuardedUpdate, TrainablePipe):
         weights score (labels or tags, in order), checked at load
         (:func:`~.load_checks.save_to_disk`), and the head's further files."""
         self._validate_serialization_attrs()
-        extra = {name: (lambda p, text=text: p.write_text(text(), encoding="utf8"))
-                 for name, text in self._extra_files().items()}
+        extra = {
+            name: (lambda p, text=text: p.write_text(text(), encoding="utf8"))
+            for name, text in self._extra_files().items()
+        }
         load_checks.save_to_disk(self, ensure_path(path), exclude, extra)
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

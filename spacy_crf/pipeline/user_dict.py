@@ -40,12 +40,12 @@ read each time the pipe is created (:func:`read_user_dict`), so
 adds a dictionary to a packaged pipeline; those entries are not copied into
 the saved pipe, the file stays their source.
 """
+
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy
 import srsly
-
 
 MODES = ("force", "prior")
 DEFAULT_PRIOR_WEIGHT = 1.0
@@ -128,12 +128,15 @@ class UserDict:
 
 def _check_pipe(pipe, entities: bool) -> None:
     if entities and pipe.scheme not in ("bio", "bioes"):
-        raise ValueError(f"[{pipe.name}] user entities apply to an entity tagger (scheme 'bio' or 'bioes'), "
-                         f"not {pipe.scheme!r}" + (": add words with add_user_words." if pipe.scheme == "bmes"
-                                                   else "."))
+        raise ValueError(
+            f"[{pipe.name}] user entities apply to an entity tagger (scheme 'bio' or 'bioes'), "
+            f"not {pipe.scheme!r}" + (": add words with add_user_words." if pipe.scheme == "bmes" else ".")
+        )
     if not entities and pipe.scheme != "bmes":
-        raise ValueError(f"[{pipe.name}] user words apply to a segmenter (scheme 'bmes'), not {pipe.scheme!r}"
-                         + (": add entities with add_user_entities." if pipe.scheme in ("bio", "bioes") else "."))
+        raise ValueError(
+            f"[{pipe.name}] user words apply to a segmenter (scheme 'bmes'), not {pipe.scheme!r}"
+            + (": add entities with add_user_entities." if pipe.scheme in ("bio", "bioes") else ".")
+        )
 
 
 def _mode_weight(pipe, mode: str, weight: Optional[float], where: str) -> float:
@@ -141,8 +144,10 @@ def _mode_weight(pipe, mode: str, weight: Optional[float], where: str) -> float:
         raise ValueError(f"[{pipe.name}] {where}: mode must be 'force' or 'prior', not {mode!r}.")
     if mode == "force":
         if weight is not None:
-            raise ValueError(f"[{pipe.name}] {where}: a weight applies to mode 'prior' only; a forced entry "
-                             "is a constraint, not a score.")
+            raise ValueError(
+                f"[{pipe.name}] {where}: a weight applies to mode 'prior' only; a forced entry "
+                "is a constraint, not a score."
+            )
         return 0.0
     weight = DEFAULT_PRIOR_WEIGHT if weight is None else weight
     try:
@@ -158,13 +163,16 @@ def _check_text(pipe, text, what: str, where: str, min_length: int) -> str:
     if not isinstance(text, str):
         raise ValueError(f"[{pipe.name}] {where}: a user {what} must be a string, got {text!r}.")
     if any(ch.isspace() for ch in text):
-        raise ValueError(f"[{pipe.name}] {where}: the user {what} {text!r} contains whitespace, which is never "
-                         f"inside a {what}.")
+        raise ValueError(
+            f"[{pipe.name}] {where}: the user {what} {text!r} contains whitespace, which is never inside a {what}."
+        )
     if len(text) < min_length:
         if not text:
             raise ValueError(f"[{pipe.name}] {where}: an empty user {what}.")
-        raise ValueError(f"[{pipe.name}] {where}: the user word {text!r} has one character: a word of one "
-                         "character is never split, there is nothing to add.")
+        raise ValueError(
+            f"[{pipe.name}] {where}: the user word {text!r} has one character: a word of one "
+            "character is never split, there is nothing to add."
+        )
     return text
 
 
@@ -173,7 +181,8 @@ def _check_label(pipe, entry: UserEntry) -> None:
         raise ValueError(
             f"[{pipe.name}] the user entity {entry.describe()} ({entry.source}) has a label this tagger does not "
             f"predict; its labels are {list(pipe.labels)}. Use one of them, or set the entity with an "
-            "entity_ruler before the tagger (it keeps preset entities of any label).")
+            "entity_ruler before the tagger (it keeps preset entities of any label)."
+        )
 
 
 def _merge(pipe, entries: List[UserEntry]) -> List[UserEntry]:
@@ -182,29 +191,44 @@ def _merge(pipe, entries: List[UserEntry]) -> List[UserEntry]:
     for entry in entries:
         other = seen.get(entry.text)
         if other is not None and other[:4] != entry[:4]:
-            raise ValueError(f"[{pipe.name}] the user dictionary has {entry.text!r} twice, differently: "
-                             f"{other.describe()} {other.mode} ({other.source}) and {entry.describe()} "
-                             f"{entry.mode} ({entry.source}). Keep one.")
+            raise ValueError(
+                f"[{pipe.name}] the user dictionary has {entry.text!r} twice, differently: "
+                f"{other.describe()} {other.mode} ({other.source}) and {entry.describe()} "
+                f"{entry.mode} ({entry.source}). Keep one."
+            )
         seen[entry.text] = entry
     return list(seen.values())
 
 
-def add_words(pipe, words: Iterable[str], mode: str = "force", weight: Optional[float] = None, *,
-              source: str = "add_user_words", saved: bool = True) -> int:
+def add_words(
+    pipe,
+    words: Iterable[str],
+    mode: str = "force",
+    weight: Optional[float] = None,
+    *,
+    source: str = "add_user_words",
+    saved: bool = True,
+) -> int:
     """``CRFTagger.add_user_words``: add ``words`` in ``mode``; how many entries were given."""
     _check_pipe(pipe, entities=False)
     if isinstance(words, str):
         raise ValueError(f"[{pipe.name}] {source}: give a list of words, not one string ({words!r}).")
     weight = _mode_weight(pipe, mode, weight, source)
-    entries = [UserEntry(_check_text(pipe, w, "word", source, 2), None, mode, weight, source, saved)
-               for w in words]
+    entries = [UserEntry(_check_text(pipe, w, "word", source, 2), None, mode, weight, source, saved) for w in words]
     entries = _merge(pipe, entries)
     pipe.user_dict._update(entries)
     return len(entries)
 
 
-def add_entities(pipe, entities: Iterable[Tuple[str, str]], mode: str = "force", weight: Optional[float] = None,
-                 *, source: str = "add_user_entities", saved: bool = True) -> int:
+def add_entities(
+    pipe,
+    entities: Iterable[Tuple[str, str]],
+    mode: str = "force",
+    weight: Optional[float] = None,
+    *,
+    source: str = "add_user_entities",
+    saved: bool = True,
+) -> int:
     """``CRFTagger.add_user_entities``: add ``(text, label)`` pairs in ``mode``."""
     _check_pipe(pipe, entities=True)
     weight = _mode_weight(pipe, mode, weight, source)
@@ -275,13 +299,22 @@ def add_from_file(pipe, path: Union[str, Path]) -> int:
     try:
         rows = read_user_dict(path, pipe.scheme)
     except ValueError as e:
-        raise ValueError(f"[{pipe.name}] {e}. The setting user_dict names it; set it to null to load "
-                         "without it.") from None
+        raise ValueError(
+            f"[{pipe.name}] {e}. The setting user_dict names it; set it to null to load without it."
+        ) from None
     entries = []
     for text, label, mode, weight, where in rows:
         weight = _mode_weight(pipe, mode, weight, where)
-        entries.append(UserEntry(_check_text(pipe, text, "entity" if label else "word", where,
-                                             1 if label else 2), label, mode, weight, where, False))
+        entries.append(
+            UserEntry(
+                _check_text(pipe, text, "entity" if label else "word", where, 1 if label else 2),
+                label,
+                mode,
+                weight,
+                where,
+                False,
+            )
+        )
     entries = _merge(pipe, entries)
     pipe.user_dict._update(entries)
     return len(entries)
@@ -296,8 +329,10 @@ def to_json(pipe) -> str:
 
 def _load(pipe, data, where: str) -> None:
     if not isinstance(data, list) or not all(isinstance(r, list) and len(r) == 4 for r in data):
-        raise ValueError(f"[{pipe.name}] cannot load {where}: its user dictionary is not a list of "
-                         "[text, label, mode, weight] entries.")
+        raise ValueError(
+            f"[{pipe.name}] cannot load {where}: its user dictionary is not a list of "
+            "[text, label, mode, weight] entries."
+        )
     entries = []
     source = f"saved in {where}"
     for text, label, mode, weight in data:

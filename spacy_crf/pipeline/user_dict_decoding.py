@@ -2,16 +2,17 @@
 entries occur in a doc, the prior they add to the emission scores
 (:func:`add_prior`) and the tags their forced occurrences allow
 (:func:`constrain`), resolved as that module's docstring says."""
+
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
 
+from ..doc_keys import doc_source
+from ..ml.schemes import position_tag
 from .forced_tags import preset_entity_tokens
 from .lexicon import Lexicon
-from ..ml.schemes import position_tag
 from .user_dict import MODES, UserDict, UserDictConflict, UserEntry, _check_label
-from ..doc_keys import doc_source
 
 
 class _Matchers(NamedTuple):
@@ -47,8 +48,9 @@ def _lexicon(texts: List[str]) -> Optional[Lexicon]:
     return Lexicon(longer) if longer else None
 
 
-def _occurrences(doc: Doc, lexicon: Optional[Lexicon], matchers: _Matchers,
-                 mode: str) -> List[Tuple[int, int, UserEntry]]:
+def _occurrences(
+    doc: Doc, lexicon: Optional[Lexicon], matchers: _Matchers, mode: str
+) -> List[Tuple[int, int, UserEntry]]:
     found = []
     for start, end in lexicon.matches(doc) if lexicon is not None else ():
         entry = matchers.entries.get("".join(t.text for t in doc[start:end]))
@@ -96,7 +98,7 @@ def constrain(pipe, doc: Doc, mask: Optional[numpy.ndarray], *, preset: bool = T
         return mask
     if preset and pipe.scheme != "bmes":
         fixed = preset_entity_tokens(doc)
-        occurrences = [o for o in occurrences if not fixed[o[0]:o[1]].any()]
+        occurrences = [o for o in occurrences if not fixed[o[0] : o[1]].any()]
     elif preset and pipe.cfg.get("respect_ents", False) and len(doc.ents):
         cuts = {b for ent in doc.ents for b in (ent.start, ent.end)}
         occurrences = [o for o in occurrences if not any(o[0] < b < o[1] for b in cuts)]
@@ -130,11 +132,12 @@ def _resolve(pipe, doc: Doc, occurrences: List[Tuple[int, int, UserEntry]]) -> L
             what = "words" if pipe.scheme == "bmes" else "entities"
             a = doc[other_start:other_end]
             b = doc[start:end]
-            context = doc.text[max(0, a.start_char - 10):b.end_char + 10]
+            context = doc.text[max(0, a.start_char - 10) : b.end_char + 10]
             raise UserDictConflict(
                 f"[{pipe.name}] the forced user {what} {other.describe()} ({other.source}) and "
                 f"{entry.describe()} ({entry.source}) overlap in {doc_source(doc)}, at characters "
                 f"{a.start_char}-{a.end_char} and {b.start_char}-{b.end_char} ({context!r}): each must be "
-                f"decoded whole, and both cannot be. Remove one of them, or add it with mode 'prior'.")
+                f"decoded whole, and both cannot be. Remove one of them, or add it with mode 'prior'."
+            )
         kept.append((start, end, entry))
     return kept

@@ -26,6 +26,7 @@ On a CPU without native bfloat16 the arithmetic is emulated and slower than
 float32: leave the callback out there. On a GPU, use spacy-transformers'
 ``mixed_precision`` instead; this callback refuses GPU ops.
 """
+
 from typing import Any, Callable, Dict, List
 
 import torch
@@ -103,9 +104,7 @@ def make_cpu_autocast(dtype: str = "bfloat16") -> Callable[[Language], Language]
     """An ``[initialize.before_init]`` (or ``after_init``) callback that trains
     every torch model of the pipeline under CPU autocast (see the module docstring)."""
     if dtype not in DTYPES:
-        raise ValueError(
-            f"spacy_crf.cpu_autocast.v1: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}"
-        )
+        raise ValueError(f"spacy_crf.cpu_autocast.v1: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
 
     def callback(nlp: Language) -> Language:
         cpu_autocast(nlp, dtype)

@@ -18,6 +18,7 @@ model (``embeddings.word_embeddings.weight``,
 ``encoder.layer.0.attention.self.query.weight``, ...), as in
 ``spacy_crf.GroupedAdam.v1``'s ``param_groups``.
 """
+
 from fnmatch import fnmatchcase
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -28,9 +29,7 @@ from thinc.shims import PyTorchShim
 from .._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
 
 
-def matching_parameters(
-    nlp: Language, patterns: Sequence[str], who: str
-) -> List[Tuple[str, PyTorchShim, str, Any]]:
+def matching_parameters(nlp: Language, patterns: Sequence[str], who: str) -> List[Tuple[str, PyTorchShim, str, Any]]:
     """(component, shim, parameter name, parameter) for every PyTorch parameter
     whose name matches one of the glob patterns.
 

@@ -12,6 +12,7 @@ the other rows keep their moments and are not moved by them, which is the
 approximation. Decoupled weight decay and parameter averages still cover
 every row, so they stay exact.
 """
+
 from fnmatch import fnmatchcase
 from typing import Optional, Sequence, Tuple
 
@@ -85,9 +86,7 @@ class LazyRowsOptimizer(Optimizer):
         if len(numpy.unique(rows)) != len(rows):
             raise ValueError(f"update_rows: {key[1]!r}: rows must be distinct (sum the duplicates first).")
         nonzero: numpy.ndarray = row_gradient.any(axis=1)
-        self._update_rows(
-            key, weights, rows[nonzero], row_gradient[nonzero], *self._lazy_scales(key, lr_scale)
-        )
+        self._update_rows(key, weights, rows[nonzero], row_gradient[nonzero], *self._lazy_scales(key, lr_scale))
         return weights
 
     def _lazy_scales(self, key: KeyT, lr_scale: float) -> Tuple[float, float]:
@@ -123,8 +122,14 @@ class LazyRowsOptimizer(Optimizer):
             fix2 = 1.0 - (self.b2**nr_upd)
             lr = self.learn_rate * fix2**0.5 / fix1
             row_weights, _, row_mom1, row_mom2 = ops.adam(
-                weights[rows].ravel(), row_grad.ravel(), mom1[rows].ravel(),
-                mom2[rows].ravel(), self.b1, self.b2, self.eps, lr * scale,
+                weights[rows].ravel(),
+                row_grad.ravel(),
+                mom1[rows].ravel(),
+                mom2[rows].ravel(),
+                self.b1,
+                self.b2,
+                self.eps,
+                lr * scale,
             )
             width = weights.shape[1]
             weights[rows] = row_weights.reshape(-1, width)

@@ -22,6 +22,7 @@ through the package's ``spacy_loggers`` entry point. It was the project
 script ``scripts/timed_logger.py`` (``crf_project.TimedConsoleLogger.v1``)
 before: that name stays registered, so the configs of earlier runs still load.
 """
+
 import json
 import sys
 import time
@@ -38,10 +39,12 @@ def times_path(output_file: Union[str, Path]) -> Path:
 
 
 @registry.loggers("spacy_crf.TimedConsoleLogger.v1")
-def timed_console_logger(progress_bar: Optional[str] = None, console_output: bool = True,
-                         output_file: Optional[Union[str, Path]] = None):
+def timed_console_logger(
+    progress_bar: Optional[str] = None, console_output: bool = True, output_file: Optional[Union[str, Path]] = None
+):
     console = registry.loggers.get("spacy.ConsoleLogger.v3")(
-        progress_bar=progress_bar, console_output=console_output, output_file=output_file)
+        progress_bar=progress_bar, console_output=console_output, output_file=output_file
+    )
 
     def setup(nlp, stdout: IO = sys.stdout, stderr: IO = sys.stderr):
         import torch
@@ -53,12 +56,24 @@ def timed_console_logger(progress_bar: Optional[str] = None, console_output: boo
         def log(info) -> None:
             log_step(info)
             if info is not None and out is not None:
-                scores = {name: round(100 * float(value), 3) for name, value in info["other_scores"].items()
-                          if isinstance(value, (int, float)) and not name.endswith("_per_type") and name != "speed"}
-                out.write(json.dumps({"step": info["step"], "seconds": info["seconds"],
-                                      "cpu_seconds": round(time.process_time() - cpu_start, 1),
-                                      "threads": torch.get_num_threads(), "score": float(info["score"]),
-                                      "scores": scores}) + "\n")
+                scores = {
+                    name: round(100 * float(value), 3)
+                    for name, value in info["other_scores"].items()
+                    if isinstance(value, (int, float)) and not name.endswith("_per_type") and name != "speed"
+                }
+                out.write(
+                    json.dumps(
+                        {
+                            "step": info["step"],
+                            "seconds": info["seconds"],
+                            "cpu_seconds": round(time.process_time() - cpu_start, 1),
+                            "threads": torch.get_num_threads(),
+                            "score": float(info["score"]),
+                            "scores": scores,
+                        }
+                    )
+                    + "\n"
+                )
                 out.flush()
 
         def close() -> None:

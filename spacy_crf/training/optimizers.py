@@ -8,21 +8,22 @@ scale away). So the optimizer itself decides the scale, from the parameter's
 name: the groups are in :mod:`.param_groups`, the lazy row update of
 embedding tables in :mod:`.lazy_rows`.
 """
+
 import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from spacy.util import registry
 from thinc.optimizers import ADAM_DEFAULTS, SGD_DEFAULTS, FloatOrSeq
 from thinc.types import FloatsXd
-from spacy.util import registry
 
 from .lazy_rows import LazyRowsOptimizer
 from .param_groups import (  # noqa: F401 (re-exported: their home before)
+    _CHECKED_SETTINGS,
     CRF_GROUP,
     CRF_PATTERNS,
     DEFAULT_LAYER_PATTERN,
     EMISSION_PATTERNS,
-    _CHECKED_SETTINGS,
     KeyT,
     ParamGroup,
     ParamGroupError,
@@ -55,9 +56,7 @@ class GroupedOptimizer(LazyRowsOptimizer):
         super().__init__(learn_rate, **kwargs)
         self._check_settings()
         if isinstance(lazy_rows, str):
-            raise ParamGroupError(
-                f"lazy_rows must be a list of glob patterns, got the string {lazy_rows!r}."
-            )
+            raise ParamGroupError(f"lazy_rows must be a list of glob patterns, got the string {lazy_rows!r}.")
         if lazy_rows and not (self.b1 > 0 and self.b2 > 0 and not self.use_radam):
             raise ParamGroupError(
                 "lazy_rows is an Adam feature (the rows of the batch get Adam's update, "
@@ -116,7 +115,7 @@ class GroupedOptimizer(LazyRowsOptimizer):
             depth = self.num_layers - 1 - int(match.group(1))
             return self.layer_lr_decay ** max(depth, 0)
         if "embeddings" in param_name:
-            return self.layer_lr_decay ** self.num_layers
+            return self.layer_lr_decay**self.num_layers
         return 1.0
 
     def __call__(

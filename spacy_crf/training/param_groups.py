@@ -16,6 +16,7 @@ Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
 transitions would be pulled to zero. By default the decay is *not*
 multiplied; ``scale_weight_decay = true`` restores thinc's behaviour.
 """
+
 import math
 from fnmatch import fnmatchcase
 from typing import List, Mapping, Optional, Sequence, Tuple
@@ -37,8 +38,14 @@ class ParamGroupError(ValueError):
 # NaN or inf turns every weight into NaN, a negative value trains backwards
 # (a negative learn_rate climbs the loss, a negative grad_clip flips the
 # clipped gradient); checked at construction and after every schedule step.
-_CHECKED_SETTINGS = {"learn_rate": math.inf, "L2": math.inf, "grad_clip": math.inf, "b1": 1.0, "b2": 1.0,
-                     "eps": math.inf}
+_CHECKED_SETTINGS = {
+    "learn_rate": math.inf,
+    "L2": math.inf,
+    "grad_clip": math.inf,
+    "b1": 1.0,
+    "b2": 1.0,
+    "eps": math.inf,
+}
 
 
 def _check_finite(name: str, value: float, context: str = "") -> None:
@@ -48,8 +55,7 @@ def _check_finite(name: str, value: float, context: str = "") -> None:
         raise ParamGroupError(f"{name} must be a number, got {value!r}{context}.") from None
     if not finite:
         raise ParamGroupError(
-            f"{name} must be finite, got {value}{context}: a non-finite value would "
-            "turn the weights into NaN."
+            f"{name} must be finite, got {value}{context}: a non-finite value would turn the weights into NaN."
         )
 
 
@@ -58,8 +64,9 @@ class ParamGroup:
 
     def __init__(self, name: str, patterns: Sequence[str], lr_multiplier: float):
         if isinstance(patterns, str):
-            raise ParamGroupError(f"Parameter group {name!r}: `patterns` must be a list of glob "
-                                  f"patterns, got the string {patterns!r}.")
+            raise ParamGroupError(
+                f"Parameter group {name!r}: `patterns` must be a list of glob patterns, got the string {patterns!r}."
+            )
         if not patterns:
             raise ParamGroupError(f"Parameter group {name!r} has no patterns.")
         _check_finite(f"Parameter group {name!r}: lr_multiplier", lr_multiplier)

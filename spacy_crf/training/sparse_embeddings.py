@@ -28,6 +28,7 @@ model, as in ``spacy_crf.freeze_parameters.v1``. Only the ``weight`` of a
 ``torch.nn.Embedding`` can have a sparse gradient. Mixed precision (gradient
 scaling) is refused: thinc's scaler does not unscale sparse tensors.
 """
+
 import warnings
 from typing import Callable, List, Sequence
 
@@ -103,8 +104,7 @@ def sparse_embeddings(nlp: Language, patterns: Sequence[str]) -> List[str]:
             )
         if scales_gradients(shim):
             raise ValueError(
-                f"{who}: {component} uses gradient scaling (mixed precision), which does not "
-                "unscale sparse gradients."
+                f"{who}: {component} uses gradient scaling (mixed precision), which does not unscale sparse gradients."
             )
         shims[id(shim)] = shim
         tables.append((owner, param, f"{component}:{param_name}"))
