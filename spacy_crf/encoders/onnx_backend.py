@@ -32,18 +32,14 @@ Inference only: a training pass through the encoder raises
 ``onnxruntime``: ``pip install spacy-crf[onnx]``.
 """
 
-from typing import Any, Dict, List, Tuple
-
 import torch
 from spacy.language import Language
 from spacy.util import registry
-from spacy_transformers.architectures import create_TransformerModel_v3, transformer_tok2vec_v3
 from spacy_transformers.layers import TransformerModel
 from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model
 
-from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
 from .onnx_graph import (
     QUANTIZE,
     OnnxEncoder,
@@ -54,6 +50,14 @@ from .onnx_graph import (
     require_onnxruntime,
 )
 from .quantize import QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH, QuantizedHFShim
+from .swap import (
+    TORCH_ARCHS,
+    build_tok2vec_transformer,
+    build_transformer_model,
+    plan_swap,
+    rewrite_blocks,
+    swap_hf_shim,
+)
 
 __all__ = [
     "ONNX_ARCH",
@@ -69,10 +73,8 @@ __all__ = [
 
 ONNX_ARCH = "spacy_crf.OnnxTransformerModel.v1"
 ONNX_TOK2VEC_ARCH = "spacy_crf.OnnxTok2VecTransformer.v1"
-_REWRITES = {
-    **{f"spacy-transformers.TransformerModel.v{v}": ONNX_ARCH for v in (1, 2, 3)},
-    **{f"spacy-transformers.Tok2VecTransformer.v{v}": ONNX_TOK2VEC_ARCH for v in (1, 2, 3)},
-}
+# the architectures an exportable transformer's config block may name
+EXPORTABLE_ARCHS = (*TORCH_ARCHS, ONNX_ARCH, ONNX_TOK2VEC_ARCH, QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH)
 
 
 class OnnxTrainingError(RuntimeError):
@@ -143,14 +145,6 @@ def _set_onnx_transformer(model: TransformerModel, hf_model) -> None:
     shim.set_onnx(hf_model.transformer)
 
 
-def _onnx_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
-    """``replace_listeners`` writes this into the listening component's config."""
-    result = stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
-    if result["@architectures"] == "spacy-transformers.Tok2VecTransformer.v3":
-        result["@architectures"] = ONNX_TOK2VEC_ARCH
-    return result
-
-
 def _check_exportable(model: TransformerModel, quantize: str) -> None:
     shim = model.layers[0].shims[0]
     if isinstance(shim, OnnxHFShim) and shim.quantize != quantize:
@@ -169,26 +163,9 @@ def _check_exportable(model: TransformerModel, quantize: str) -> None:
 def _install_onnx_shim(model: TransformerModel, quantize: str) -> None:
     """Make ``model`` (a spacy-transformers ``TransformerModel``) run in ONNX Runtime."""
     _check_exportable(model, quantize)
-    wrapper = model.layers[0]
-    shim = wrapper.shims[0]
-    if isinstance(shim, OnnxHFShim):
+    if isinstance(model.layers[0].shims[0], OnnxHFShim):
         return
-    assert isinstance(shim, HFShim), type(shim)
-    state = hf_shim_state(shim)
-    new = OnnxHFShim(
-        state["model"],
-        quantize=quantize,
-        config=shim.cfg,
-        optimizer=state["optimizer"],
-        mixed_precision=state["mixed_precision"],
-        grad_scaler_config={},  # a fresh dict: HFShim writes into it
-        config_cls=shim.config_cls,
-        tokenizer_cls=shim.tokenizer_cls,
-    )
-    set_grad_scaler(new, state["grad_scaler"])
-    wrapper.shims[0] = new
-    model.attrs["set_transformer"] = _set_onnx_transformer
-    model.attrs["replace_listener_cfg"] = _onnx_replace_listener_cfg
+    swap_hf_shim(model, OnnxHFShim, {"quantize": quantize}, _set_onnx_transformer, ONNX_TOK2VEC_ARCH)
 
 
 @registry.architectures(ONNX_ARCH)
@@ -203,11 +180,16 @@ def create_onnx_transformer_model(
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` whose transformer runs as an
     ONNX graph in ONNX Runtime (``quantize``: "none" or "int8"); inference only."""
-    model = create_TransformerModel_v3(
-        name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
+    check_quantize(quantize)
+    return build_transformer_model(
+        name,
+        get_spans,
+        tokenizer_config,
+        transformer_config,
+        mixed_precision,
+        grad_scaler_config,
+        install=lambda model: _install_onnx_shim(model, quantize),
     )
-    _install_onnx_shim(model, check_quantize(quantize))
-    return model
 
 
 @registry.architectures(ONNX_TOK2VEC_ARCH)
@@ -224,7 +206,8 @@ def create_onnx_tok2vec_transformer(
 ) -> Model:
     """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer run
     as in ``spacy_crf.OnnxTransformerModel.v1``; inference only."""
-    model = transformer_tok2vec_v3(
+    check_quantize(quantize)
+    return build_tok2vec_transformer(
         name,
         get_spans,
         tokenizer_config,
@@ -232,24 +215,9 @@ def create_onnx_tok2vec_transformer(
         grad_factor,
         transformer_config,
         mixed_precision,
-        dict(grad_scaler_config),
+        grad_scaler_config,
+        install=lambda model: _install_onnx_shim(model, quantize),
     )
-    for node in model.walk():
-        if isinstance(node, TransformerModel):
-            _install_onnx_shim(node, check_quantize(quantize))
-    return model
-
-
-def _transformer_blocks(cfg: Any, path: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Dict]]:
-    """(path, block) of every config block naming a transformer architecture."""
-    found = []
-    if isinstance(cfg, dict):
-        arch = cfg.get("@architectures")
-        if arch in _REWRITES or arch in (ONNX_ARCH, ONNX_TOK2VEC_ARCH, QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
-            found.append((path, cfg))
-        for key, value in cfg.items():
-            found.extend(_transformer_blocks(value, path + (key,)))
-    return found
 
 
 def export_pipeline(nlp: Language, *, quantize: str = "none") -> Language:
@@ -269,30 +237,12 @@ def export_pipeline(nlp: Language, *, quantize: str = "none") -> Language:
     check_quantize(quantize)
     check_cpu("export_pipeline")
     require_onnxruntime()
-    by_component: Dict[str, List[TransformerModel]] = {}
-    for name, node in pipeline_nodes(nlp, once=False):
-        if isinstance(node, TransformerModel):
-            by_component.setdefault(name, []).append(node)
-    plan = []
-    for name, models in by_component.items():
-        blocks = _transformer_blocks(nlp.get_pipe_config(name))
-        if len(blocks) != len(models):
-            raise ValueError(
-                f"Cannot export component {name!r} to ONNX: its model has {len(models)} transformer(s) but its "
-                f"config names {len(blocks)} spacy-transformers TransformerModel/Tok2VecTransformer block(s) "
-                f"({', '.join('.'.join(p) or '(root)' for p, _ in blocks) or 'none'}), so the saved config "
-                "could not rebuild the ONNX model."
-            )
+    plan = plan_swap(nlp, EXPORTABLE_ARCHS, "export component {name!r} to ONNX", "ONNX")
+    for models, _ in plan:
         for model in models:  # before changing anything: all or nothing
             _check_exportable(model, quantize)
-        plan.append((models, blocks))
-    if not plan:
-        raise ValueError(f"No spacy-transformers transformer found in the pipeline {nlp.pipe_names}.")
     for models, blocks in plan:
         for model in models:
             _install_onnx_shim(model, quantize)
-        for _, block in blocks:
-            if block["@architectures"] in _REWRITES:
-                block["@architectures"] = _REWRITES[block["@architectures"]]
-                block["quantize"] = quantize
+        rewrite_blocks(blocks, {"model": ONNX_ARCH, "tok2vec": ONNX_TOK2VEC_ARCH}, {"quantize": quantize})
     return nlp

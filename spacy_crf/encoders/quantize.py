@@ -47,35 +47,31 @@ is the one place to change when moving to ``torchao``.
 """
 
 import warnings
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict
 
 import torch
 from spacy.language import Language
 from spacy.util import registry
-from spacy_transformers.architectures import (
-    create_TransformerModel_v3,
-    transformer_tok2vec_v3,
-)
 from spacy_transformers.layers import TransformerModel
 from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model, get_torch_default_device
 from transformers import AutoModel
 
-from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
+from .swap import (
+    TORCH_ARCHS,
+    build_tok2vec_transformer,
+    build_transformer_model,
+    plan_swap,
+    rewrite_blocks,
+    swap_hf_shim,
+)
 
 QUANTIZED_ARCH = "spacy_crf.QuantizedTransformerModel.v1"
 QUANTIZED_TOK2VEC_ARCH = "spacy_crf.QuantizedTok2VecTransformer.v1"
 DTYPES = {"qint8": torch.qint8, "float16": torch.float16}
-# spacy-transformers architectures that hold a transformer, and what each becomes
-_REWRITES = {
-    "spacy-transformers.TransformerModel.v1": QUANTIZED_ARCH,
-    "spacy-transformers.TransformerModel.v2": QUANTIZED_ARCH,
-    "spacy-transformers.TransformerModel.v3": QUANTIZED_ARCH,
-    "spacy-transformers.Tok2VecTransformer.v1": QUANTIZED_TOK2VEC_ARCH,
-    "spacy-transformers.Tok2VecTransformer.v2": QUANTIZED_TOK2VEC_ARCH,
-    "spacy-transformers.Tok2VecTransformer.v3": QUANTIZED_TOK2VEC_ARCH,
-}
+# the architectures a quantizable transformer's config block may name
+QUANTIZABLE_ARCHS = (*TORCH_ARCHS, QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH)
 
 
 class QuantizedTrainingError(RuntimeError):
@@ -202,19 +198,9 @@ def _set_quantized_transformer(model: TransformerModel, hf_model) -> None:
     shim.set_quantized(hf_model.transformer)
 
 
-def _quantized_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
-    """``replace_listeners`` writes this into the listening component's config."""
-    result = stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
-    if result["@architectures"] == "spacy-transformers.Tok2VecTransformer.v3":
-        result["@architectures"] = QUANTIZED_TOK2VEC_ARCH
-    return result
-
-
 def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: bool) -> None:
     """Make ``model`` (a spacy-transformers ``TransformerModel``) quantized."""
-    wrapper = model.layers[0]
-    shim = wrapper.shims[0]
-    assert isinstance(shim, HFShim), type(shim)
+    shim = model.layers[0].shims[0]
     if isinstance(shim, QuantizedHFShim):
         if (shim.dtype, shim.embeddings) != (dtype, embeddings):
             raise ValueError(
@@ -222,22 +208,13 @@ def _install_quantized_shim(model: TransformerModel, dtype: str, embeddings: boo
                 f"not as asked (dtype={dtype}, embeddings={embeddings})."
             )
         return
-    state = hf_shim_state(shim)
-    new = QuantizedHFShim(
-        state["model"],
-        dtype=dtype,
-        embeddings=embeddings,
-        config=shim.cfg,
-        optimizer=state["optimizer"],
-        mixed_precision=state["mixed_precision"],
-        grad_scaler_config={},  # a fresh dict: HFShim writes into it
-        config_cls=shim.config_cls,
-        tokenizer_cls=shim.tokenizer_cls,
+    swap_hf_shim(
+        model,
+        QuantizedHFShim,
+        {"dtype": dtype, "embeddings": embeddings},
+        _set_quantized_transformer,
+        QUANTIZED_TOK2VEC_ARCH,
     )
-    set_grad_scaler(new, state["grad_scaler"])
-    wrapper.shims[0] = new
-    model.attrs["set_transformer"] = _set_quantized_transformer
-    model.attrs["replace_listener_cfg"] = _quantized_replace_listener_cfg
 
 
 @registry.architectures(QUANTIZED_ARCH)
@@ -254,11 +231,15 @@ def create_quantized_transformer_model(
     """``spacy-transformers.TransformerModel.v3`` with its linear layers
     dynamically quantized to ``dtype`` ("qint8" or "float16") and, with
     ``embeddings``, its embedding tables stored as uint8; inference only."""
-    model = create_TransformerModel_v3(
-        name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
+    return build_transformer_model(
+        name,
+        get_spans,
+        tokenizer_config,
+        transformer_config,
+        mixed_precision,
+        grad_scaler_config,
+        install=lambda model: _install_quantized_shim(model, dtype, embeddings),
     )
-    _install_quantized_shim(model, dtype, embeddings)
-    return model
 
 
 @registry.architectures(QUANTIZED_TOK2VEC_ARCH)
@@ -276,7 +257,7 @@ def create_quantized_tok2vec_transformer(
 ) -> Model:
     """``spacy-transformers.Tok2VecTransformer.v3`` with its transformer
     quantized as in ``spacy_crf.QuantizedTransformerModel.v1``; inference only."""
-    model = transformer_tok2vec_v3(
+    return build_tok2vec_transformer(
         name,
         get_spans,
         tokenizer_config,
@@ -284,24 +265,9 @@ def create_quantized_tok2vec_transformer(
         grad_factor,
         transformer_config,
         mixed_precision,
-        dict(grad_scaler_config),
+        grad_scaler_config,
+        install=lambda model: _install_quantized_shim(model, dtype, embeddings),
     )
-    for node in model.walk():
-        if isinstance(node, TransformerModel):
-            _install_quantized_shim(node, dtype, embeddings)
-    return model
-
-
-def _transformer_blocks(cfg: Any, path: Tuple[str, ...] = ()) -> List[Tuple[Tuple[str, ...], Dict]]:
-    """(path, block) of every config block naming a transformer architecture."""
-    found = []
-    if isinstance(cfg, dict):
-        arch = cfg.get("@architectures")
-        if arch in _REWRITES or arch in (QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
-            found.append((path, cfg))
-        for key, value in cfg.items():
-            found.extend(_transformer_blocks(value, path + (key,)))
-    return found
 
 
 def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = False) -> Language:
@@ -325,31 +291,13 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
     """
     _check_dtype(dtype)
     _check_cpu("quantize_pipeline")
-    plan = []
-    by_component: Dict[str, List[TransformerModel]] = {}
-    for name, node in pipeline_nodes(nlp, once=False):
-        if isinstance(node, TransformerModel):
-            by_component.setdefault(name, []).append(node)
-    for name, models in by_component.items():
-        blocks = _transformer_blocks(nlp.get_pipe_config(name))
-        if len(blocks) != len(models):
-            raise ValueError(
-                f"Cannot quantize component {name!r}: its model has {len(models)} transformer(s) but its "
-                f"config names {len(blocks)} spacy-transformers TransformerModel/Tok2VecTransformer block(s) "
-                f"({', '.join('.'.join(p) or '(root)' for p, _ in blocks) or 'none'}), so the saved config "
-                "could not rebuild the quantized model."
-            )
-        plan.append((models, blocks))
-    if not plan:
-        raise ValueError(f"No spacy-transformers transformer found in the pipeline {nlp.pipe_names}.")
+    plan = plan_swap(nlp, QUANTIZABLE_ARCHS, "quantize component {name!r}", "quantized")
     for models, blocks in plan:
         for model in models:
             _install_quantized_shim(model, dtype, embeddings)
-        for _, block in blocks:
-            arch = block["@architectures"]
-            if arch in (QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH):
-                continue
-            block["@architectures"] = _REWRITES[arch]
-            block["dtype"] = dtype
-            block["embeddings"] = embeddings
+        rewrite_blocks(
+            blocks,
+            {"model": QUANTIZED_ARCH, "tok2vec": QUANTIZED_TOK2VEC_ARCH},
+            {"dtype": dtype, "embeddings": embeddings},
+        )
     return nlp

@@ -1,0 +1,157 @@
+"""What the inference-only encoders share (:mod:`.quantize`, torch dynamic
+quantization; :mod:`.onnx_backend`, ONNX Runtime): putting their shim in
+place of the ``HFShim`` of a spacy-transformers ``TransformerModel``,
+building the stock architectures with that shim, and finding and rewriting
+the config blocks of a pipeline's transformers, so that ``nlp.to_disk`` /
+``spacy.load`` rebuild the swapped encoder.
+"""
+
+from typing import Any, Callable, Dict, List, Mapping, Tuple
+
+from spacy.language import Language
+from spacy_transformers.architectures import create_TransformerModel_v3, transformer_tok2vec_v3
+from spacy_transformers.layers import TransformerModel
+from spacy_transformers.layers.hf_shim import HFShim
+from thinc.api import Model
+
+from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
+
+Block = Tuple[Tuple[str, ...], Dict[str, Any]]  # (path in the config, block)
+
+#: spacy-transformers' transformer architectures, and the kind each is
+TORCH_ARCHS = {
+    **{f"spacy-transformers.TransformerModel.v{v}": "model" for v in (1, 2, 3)},
+    **{f"spacy-transformers.Tok2VecTransformer.v{v}": "tok2vec" for v in (1, 2, 3)},
+}
+
+
+def swap_hf_shim(
+    model: TransformerModel,
+    shim_cls: type,
+    settings: Mapping[str, Any],
+    set_transformer: Callable,
+    tok2vec_arch: str,
+) -> None:
+    """Replace ``model``'s ``HFShim`` by ``shim_cls(hf objects, **settings, ...)``,
+    which takes over its HF objects, config, optimizer, mixed-precision flag
+    and gradient scaler; ``set_transformer`` is what ``initialize`` calls with
+    a float model, and ``replace_listeners`` writes ``tok2vec_arch`` into a
+    listener's config."""
+    wrapper = model.layers[0]
+    shim = wrapper.shims[0]
+    assert isinstance(shim, HFShim), type(shim)
+    state = hf_shim_state(shim)
+    new = shim_cls(
+        state["model"],
+        **settings,
+        config=shim.cfg,
+        optimizer=state["optimizer"],
+        mixed_precision=state["mixed_precision"],
+        grad_scaler_config={},  # a fresh dict: HFShim writes into it
+        config_cls=shim.config_cls,
+        tokenizer_cls=shim.tokenizer_cls,
+    )
+    set_grad_scaler(new, state["grad_scaler"])
+    wrapper.shims[0] = new
+    model.attrs["set_transformer"] = set_transformer
+
+    def replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
+        result = stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
+        if result["@architectures"] == "spacy-transformers.Tok2VecTransformer.v3":
+            result["@architectures"] = tok2vec_arch
+        return result
+
+    model.attrs["replace_listener_cfg"] = replace_listener_cfg
+
+
+def build_transformer_model(
+    name,
+    get_spans,
+    tokenizer_config,
+    transformer_config,
+    mixed_precision,
+    grad_scaler_config,
+    install: Callable[[TransformerModel], None],
+) -> Model:
+    """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to it."""
+    model = create_TransformerModel_v3(
+        name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
+    )
+    install(model)
+    return model
+
+
+def build_tok2vec_transformer(
+    name,
+    get_spans,
+    tokenizer_config,
+    pooling,
+    grad_factor,
+    transformer_config,
+    mixed_precision,
+    grad_scaler_config,
+    install: Callable[[TransformerModel], None],
+) -> Model:
+    """``spacy-transformers.Tok2VecTransformer.v3`` with ``install`` applied to its transformer."""
+    model = transformer_tok2vec_v3(
+        name,
+        get_spans,
+        tokenizer_config,
+        pooling,
+        grad_factor,
+        transformer_config,
+        mixed_precision,
+        dict(grad_scaler_config),
+    )
+    for node in model.walk():
+        if isinstance(node, TransformerModel):
+            install(node)
+    return model
+
+
+def transformer_blocks(cfg: Any, archs: Any, path: Tuple[str, ...] = ()) -> List[Block]:
+    """(path, block) of every config block naming one of ``archs``."""
+    found = []
+    if isinstance(cfg, dict):
+        if cfg.get("@architectures") in archs:
+            found.append((path, cfg))
+        for key, value in cfg.items():
+            found.extend(transformer_blocks(value, archs, path + (key,)))
+    return found
+
+
+def plan_swap(nlp: Language, archs: Any, action: str, result: str) -> List[Tuple[List[TransformerModel], List[Block]]]:
+    """Per component with transformers: its ``TransformerModel`` nodes and the
+    config blocks that build them (``archs``: the architectures that may).
+    A component whose config does not name one block per transformer could
+    not be rebuilt from its saved config: ``ValueError``, ``action``
+    (e.g. "quantize component {name!r}") saying what was refused and
+    ``result`` (e.g. "quantized") what could not be rebuilt."""
+    by_component: Dict[str, List[TransformerModel]] = {}
+    for name, node in pipeline_nodes(nlp, once=False):
+        if isinstance(node, TransformerModel):
+            by_component.setdefault(name, []).append(node)
+    plan = []
+    for name, models in by_component.items():
+        blocks = transformer_blocks(nlp.get_pipe_config(name), archs)
+        if len(blocks) != len(models):
+            raise ValueError(
+                f"Cannot {action.format(name=name)}: its model has {len(models)} transformer(s) but its "
+                f"config names {len(blocks)} spacy-transformers TransformerModel/Tok2VecTransformer block(s) "
+                f"({', '.join('.'.join(p) or '(root)' for p, _ in blocks) or 'none'}), so the saved config "
+                f"could not rebuild the {result} model."
+            )
+        plan.append((models, blocks))
+    if not plan:
+        raise ValueError(f"No spacy-transformers transformer found in the pipeline {nlp.pipe_names}.")
+    return plan
+
+
+def rewrite_blocks(blocks: List[Block], arch_by_kind: Mapping[str, str], settings: Mapping[str, Any]) -> None:
+    """Point every stock block at its swapped architecture (``arch_by_kind``:
+    "model" and "tok2vec") with ``settings``; swapped blocks stay as they are."""
+    for _, block in blocks:
+        kind = TORCH_ARCHS.get(block["@architectures"])
+        if kind is not None:
+            block["@architectures"] = arch_by_kind[kind]
+            block.update(settings)
