@@ -184,9 +184,10 @@ class CRFTagger(TrainableHead):
         tags each doc forces: what :meth:`predict` does after
         :meth:`emission_scores`, for a caller that changes the scores first
         (e.g. tuning a lexicon's weight on a dev set)."""
-        if len(scores) != len(docs) or any(s.shape != (len(d), len(self.tags)) for s, d in zip(scores, docs)):
+        n_tags = len(self.tags)  # built from the labels on each access: once per call
+        if len(scores) != len(docs) or any(s.shape != (len(d), n_tags) for s, d in zip(scores, docs)):
             raise ValueError(
-                f"[{self.name}] decode: expected one [len(doc), {len(self.tags)}] score array per doc, "
+                f"[{self.name}] decode: expected one [len(doc), {n_tags}] score array per doc, "
                 f"got shapes {[tuple(s.shape) for s in scores]} for {len(docs)} docs"
             )
         return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
