@@ -68,7 +68,14 @@ def test_no_module_reaches_private_library_state_outside_compat():
 
 def test_the_pipeline_walkers_are_in_one_place():
     # autocast, freezing, sparse embeddings and quantization walk with _compat's walker
-    for name in ("training/autocast.py", "training/freeze.py", "training/sparse_embeddings.py", "encoders/quantize.py"):
+    for name in (
+        "training/autocast.py",
+        "training/freeze.py",
+        "training/sparse_embeddings.py",
+        "encoders/quantize.py",
+        "encoders/onnx_backend.py",
+        "encoders/swap.py",
+    ):
         text = (PACKAGE / name).read_text(encoding="utf-8")
         assert "nlp.components" not in text, name
 
