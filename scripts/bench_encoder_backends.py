@@ -29,7 +29,6 @@ before, at each repeat and after.
 """
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -46,7 +45,9 @@ from thinc.api import Config
 
 from spacy_crf.encoders.onnx_backend import export_pipeline
 from spacy_crf.encoders.quantize import quantize_pipeline
+from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
+from spacy_crf.util import check_number
 
 BACKENDS = {
     "torch-float32": lambda nlp: nlp,
@@ -233,6 +234,13 @@ def main():
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown or not backends:
         sys.exit(f"--backends: unknown {unknown or 'none given'}; expected names from {', '.join(BACKENDS)}")
+    try:  # every setting and the output path before the minutes of work
+        for name in ("threads", "texts", "min_chars", "layers", "hidden", "heads", "repeats"):
+            check_number(f"--{name.replace('_', '-')}", getattr(args, name), minimum=1)
+        check_number("--max-chars", args.max_chars, minimum=args.min_chars, hint="at least --min-chars")
+        check_output_paths([], [args.out])
+    except ValueError as err:
+        sys.exit(str(err))
     torch.set_num_threads(args.threads)
     texts = make_texts(args.texts, args.min_chars, args.max_chars)
     load_before = os.getloadavg()
@@ -256,7 +264,7 @@ def main():
         "loadavg_per_repeat": loads,
         "rows": rows,
     }
-    args.out.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf8")
+    write_json_atomic(args.out, record)
     print(f"wrote {args.out}")
 
 
