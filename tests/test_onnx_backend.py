@@ -297,3 +297,37 @@ def test_the_backend_benchmark_runs_and_records_the_machine(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "argv", ["bench", "--backends", "torch-float32,onnx-int4"])
     with pytest.raises(SystemExit, match="unknown \\['onnx-int4'\\]"):
         script.main()
+
+
+def test_the_dev_set_backend_benchmark_scores_and_times_each_backend(float_dir, tmp_path, monkeypatch):
+    from conftest import ROOT, load_script
+    from spacy.tokens import Doc, DocBin
+
+    script = load_script(ROOT / "scripts" / "bench_pipeline_backends.py")
+    nlp = spacy.load(float_dir)
+    refs = [eg.reference for eg in examples(nlp)]
+    words = [Doc(nlp.vocab, words=["张三", "去", "北京", "工作"], spaces=[False] * 4)]
+    DocBin(docs=refs).to_disk(tmp_path / "ents.spacy")
+    DocBin(docs=words).to_disk(tmp_path / "words.spacy")
+    out = tmp_path / "bench.json"
+    argv = ["bench", str(float_dir), "--words", str(tmp_path / "words.spacy"), "--ents", str(tmp_path / "ents.spacy")]
+    argv += ["--dictionary", str(tmp_path / "words.spacy"), "--backends", "torch-float32,onnx-float32,onnx-int8"]
+    monkeypatch.setattr(sys, "argv", argv + ["--repeats", "2", "--threads", "1", "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        script.main()
+    finally:
+        torch.set_num_threads(threads)  # the script sets them for the process
+    record = json.loads(out.read_text(encoding="utf8"))
+    rows = record["backends"]
+    assert list(rows) == ["torch-float32", "onnx-float32", "onnx-int8"]
+    assert record["dev_docs"] == {"words": 1, "ents": len(refs)}
+    # float32 ONNX gives the same words and entities as torch, hence the same scores
+    assert rows["onnx-float32"]["differing_docs"] == 0 and rows["torch-float32"]["differing_docs"] == 0
+    assert rows["onnx-float32"]["ents_f"] == rows["torch-float32"]["ents_f"]
+    assert rows["torch-float32"]["speed_ratio_median"] == 1.0 and len(rows["onnx-int8"]["seconds"]) == 2
+    assert 0 < rows["torch-float32"]["crf_side_share"] < 1
+    assert set(rows["torch-float32"]["ms_per_1k_chars"]) == {"tokenizer", "transformer", "crf_tagger"}
+    monkeypatch.setattr(sys, "argv", argv[:6] + ["--backends", "onnx-int4"])
+    with pytest.raises(SystemExit):
+        script.main()
