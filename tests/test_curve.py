@@ -1,15 +1,15 @@
-"""project/scripts/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
+"""project/crf_project/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
 rows of every evaluation, and the curve's table and plot."""
 
 import io
 
-import curve
 import pytest
 import spacy
 import srsly
 import typer
 from typer.testing import CliRunner
 
+from crf_project import curve
 from spacy_crf.training.loggers import timed_console_logger, times_path
 
 

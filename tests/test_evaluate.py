@@ -1,4 +1,4 @@
-"""project/scripts/evaluate.py: word scores with OOV/IV recall (also from a
+"""project/crf_project/evaluate.py: word scores with OOV/IV recall (also from a
 softmax tagger's BMES tags), entity scores, train_meta.json, --manifest."""
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import spacy
 from _configs import WORDS
-from evaluate import evaluate, evaluate_cli, evaluate_cws
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
+
+from crf_project.evaluate import evaluate, evaluate_cli, evaluate_cws
 
 
 def word_doc(vocab, words):
@@ -155,7 +156,7 @@ def test_cli_clear_errors_for_empty_or_missing_inputs(tmp_path):
 def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
     import sys
 
-    import evaluate_all
+    from crf_project import evaluate_all
 
     for argv, needle in (
         (["--out", str(tmp_path), "--eval-limit", "-1"], "--eval-limit"),
@@ -184,8 +185,9 @@ def test_evaluate_cws_breaks_down_the_oov_words():
 
 
 def test_oov_breakdown_tells_split_from_joined_misses():
-    from oov import oov_breakdown, summary_lines, word_kind
     from spacy.training import Example
+
+    from crf_project.oov import oov_breakdown, summary_lines, word_kind
 
     vocab = spacy.blank("zh").vocab
     pairs = [

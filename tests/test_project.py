@@ -63,7 +63,7 @@ def test_softmax_head_differs_from_the_crf_model_only_in_head_and_rate():
     assert softmax_opts.pop("--components.crf_ner.model.use_crf") == "false"
     crf_opts.pop("--reuse")
     assert crf_opts == softmax_opts
-    config = lambda argv: argv[argv.index("scripts/train.py") + 5]  # noqa: E731 (after --allocator/--autocast VALUE)
+    config = lambda argv: argv[argv.index("train") + 5]  # noqa: E731 (after --allocator/--autocast VALUE)
     assert config(crf) == config(softmax) == "../configs/joint.cfg"
 
 
@@ -86,11 +86,21 @@ def test_compare_reuses_the_shipped_run():
 
 def test_check_script_help_runs():
     result = subprocess.run(
-        [sys.executable, str(ROOT / "project" / "scripts" / "convert_corpora.py"), "--help"],
+        [sys.executable, str(ROOT / "project" / "crf_project"), "convert-corpora", "--help"],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0 and "--limit" in result.stdout
+
+
+def test_an_unknown_project_command_is_a_one_line_error():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "project" / "crf_project"), "convert_corpora"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "'convert_corpora' is not one of: " in result.stderr and "convert-corpora" in result.stderr
 
 
 def test_a_training_seed_does_not_change_the_data():
@@ -107,19 +117,17 @@ def test_a_training_seed_does_not_change_the_data():
 def test_no_project_script_imports_another_scripts_private_name():
     import ast
 
-    scripts = ROOT / "project" / "scripts"
-    names = {p.stem for p in scripts.glob("*.py")}
     found = []
-    for path in sorted(scripts.glob("*.py")):
+    for path in sorted((ROOT / "project" / "crf_project").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module in names:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("crf_project."):
                 found += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert not found, found
 
 
 def test_no_project_script_decodes_past_the_pipe():
     # scripts decode through the pipe's public API (CRFTagger.decode), not the model module
-    scripts = ROOT / "project" / "scripts"
+    scripts = ROOT / "project" / "crf_project"
     assert not [p.name for p in scripts.glob("*.py") if "tagger_model" in p.read_text(encoding="utf-8")]
 
 
@@ -129,7 +137,7 @@ def test_no_project_script_imports_argparse():
     import ast
 
     found = []
-    for path in sorted((ROOT / "project" / "scripts").glob("*.py")):
+    for path in sorted((ROOT / "project" / "crf_project").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 found += [path.name for a in node.names if a.name.split(".")[0] == "argparse"]
@@ -138,44 +146,51 @@ def test_no_project_script_imports_argparse():
     assert not found, found
 
 
+PROJECT_FILES = ("project.yml",)
+
+
 def _project_script_lines():
-    """(command, script name, argv) of every project.yml line that runs a
-    project script, with the default vars (``out``: a placeholder)."""
+    """(project file, command, module name, argv) of every line of the ship
+    and study project files that runs a ``crf_project`` command, with each
+    file's default vars (``out``: a placeholder)."""
     import re
     import shlex
 
-    project = srsly.read_yaml(ROOT / "project" / "project.yml")
-    values = {**project["vars"], "out": "OUT"}
-    for command in project["commands"]:
-        for line in command["script"]:
-            argv = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(values[m.group(1)]), line))
-            for i, arg in enumerate(argv[1:], 1):
-                if re.fullmatch(r"scripts/\w+\.py", arg) and argv[i - 1].endswith("python"):
-                    yield command["name"], Path(arg).stem, argv[i + 1 :]
+    for file in PROJECT_FILES:
+        project = srsly.read_yaml(ROOT / "project" / file)
+        values = {**project["vars"], "out": "OUT"}
+        for command in project["commands"]:
+            for line in command["script"]:
+                argv = shlex.split(re.sub(r"\$\{vars\.(\w+)\}", lambda m, values=values: str(values[m.group(1)]), line))
+                for i, arg in enumerate(argv[1:], 1):
+                    if Path(arg).name == "crf_project" and argv[i - 1].endswith("python"):
+                        yield file, command["name"], argv[i + 1].replace("-", "_"), argv[i + 2 :]
 
 
 def test_every_project_yml_command_line_parses():
-    # the options, their values and the choices of each line, as the script's
-    # typer app parses them (without running it): a renamed or retyped option
-    # fails here, not minutes into `spacy project run all`
+    # the options, their values and the choices of each line of both project
+    # files, as the command's typer app parses them (without running it): a
+    # renamed or retyped option fails here, not minutes into a workflow
     import importlib
 
     import typer
 
     checked = set()
-    for name, script, argv in _project_script_lines():
-        app = getattr(importlib.import_module(script), "app", None)
-        if not isinstance(app, typer.Typer):
-            continue
+    for file, name, module, argv in _project_script_lines():
+        app = importlib.import_module(f"crf_project.{module}").app
+        assert isinstance(app, typer.Typer), f"{file} {name}: crf_project.{module} has no typer app"
         command = typer.main.get_command(app)
         if getattr(command, "commands", None):  # an app of several commands: argv[0] names one
             command, argv = command.commands[argv[0]], argv[1:]
         try:
-            command.make_context(script, list(argv))
+            command.make_context(module, list(argv))
         except Exception as err:  # typer's usage errors (its click may be its own copy)
             message = err.format_message() if hasattr(err, "format_message") else repr(err)
-            raise AssertionError(f"project.yml {name}: scripts/{script}.py {' '.join(argv)}: {message}") from None
-        checked.add(script)
+            if "does not exist" in message:  # an input an earlier step makes: the line parsed up to it
+                checked.add(module)
+                continue
+            raise AssertionError(f"{file} {name}: crf_project {module} {' '.join(argv)}: {message}") from None
+        checked.add(module)
     assert {
         "train",
         "convert_corpora",

@@ -1,4 +1,4 @@
-"""project/scripts/train.py: the recipe of a run, and --reuse copying a finished
+"""project/crf_project/train.py: the recipe of a run, and --reuse copying a finished
 run with the same recipe instead of training again."""
 
 import subprocess
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import srsly
-import train
+
+from crf_project import train
 
 
 @pytest.fixture

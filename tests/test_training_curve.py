@@ -1,14 +1,15 @@
-"""project/scripts/training_curve.py: one run's dev scores at every
+"""project/crf_project/training_curve.py: one run's dev scores at every
 evaluation (OOV and IV recall included), as a table, JSON, plot and README block."""
 
 import json
 
 import pytest
 import srsly
-import training_curve
 import typer
-from training_curve import read_evaluations, summarize
 from typer.testing import CliRunner
+
+from crf_project import training_curve
+from crf_project.training_curve import read_evaluations, summarize
 
 # step, score, word F, OOV recall, IV recall, entity F: OOV recall peaks at step 200,
 # the weighted score at steps 300 and 400 (a tie: spaCy keeps the later one)

@@ -1,6 +1,6 @@
 """The dev curve of one training run, OOV recall included.
 
-``python scripts/training_curve.py training/joint --output metrics/training_curve --readme README.md``
+``python crf_project training-curve training/joint --output metrics/training_curve --readme README.md``
 
 Reads what the run logged at every evaluation (``train_log.times.jsonl`` of
 ``spacy_crf.TimedConsoleLogger.v1``, with CPU time, else spaCy's
@@ -21,10 +21,11 @@ from typing import Dict, List, Optional
 
 import srsly
 import typer
-from readme_block import replace_block
 from thinc.api import Config
 from wasabi import msg
 
+from crf_project.readme_block import replace_block
+from crf_project.script_cli import script_app
 from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
@@ -154,6 +155,10 @@ def plot(points: List[Dict], summary: Dict, path: Path, title: str) -> None:
     save_figure(fig, path, title=title)
 
 
+app = script_app()
+
+
+@app.command()
 def main(
     run_dir: Path = typer.Argument(..., help="a training output folder (train_log.jsonl)"),
     output: Path = typer.Option(Path("metrics/training_curve"), help="OUTPUT.json, OUTPUT.md, OUTPUT.png"),
@@ -183,7 +188,3 @@ def main(
     print(text)
     if readme is not None and profile != "smoke":  # smoke runs never touch the committed README
         replace_block(readme, "TRAINING_CURVE", text)
-
-
-if __name__ == "__main__":
-    typer.run(main)

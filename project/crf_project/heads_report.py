@@ -1,6 +1,6 @@
 """Softmax versus CRF versus span NER heads on one encoder, corpus and budget, over seeds.
 
-    python scripts/heads_report.py --out ROOT [--corpus cluener] [--eval-limit N] [--readme README.md]
+    python crf_project heads-report --out ROOT [--corpus cluener] [--eval-limit N] [--readme README.md]
 
 The `ner-heads` workflow trains, per seed, into
 ``ROOT/training/heads/CORPUS/seed<N>/``:
@@ -35,14 +35,14 @@ from typing import Dict, List
 import spacy
 import srsly
 import typer
-from compare_report import dev_curve
-from evaluate import predict_docs, read_docbin
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.training import Example
 
+from crf_project.compare_report import dev_curve
+from crf_project.evaluate import predict_docs, read_docbin
+from crf_project.readme_block import replace_block
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.plots import finish_axes, save_figure, subplots
@@ -211,7 +211,3 @@ def heads_report_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

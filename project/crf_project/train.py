@@ -1,6 +1,6 @@
 """Run ``spacy train`` and record how long it took and on what hardware.
 
-    python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
+    python crf_project train CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
 
 The config is the recipe: this script adds no training setting of its own.
 The ``spacy train`` it runs is ``spacy train CONFIG --output OUTPUT_DIR
@@ -60,9 +60,9 @@ from typing import Any, Dict, List, Optional
 
 import srsly
 import typer
-from fetch_assets import md5
-from script_cli import choice_option, run_app, script_app
 
+from crf_project.fetch_assets import md5
+from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.hardware import hardware
 
@@ -337,7 +337,3 @@ def train_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """CRF versus softmax heads on the same encoder, data and budget, over seeds.
 
-    python scripts/compare_report.py --out ROOT [--eval-limit N] [--readme README.md]
+    python crf_project compare-report --out ROOT [--eval-limit N] [--readme README.md]
 
 The `compare` workflow trains, per seed, into ``ROOT/training/compare/seed<N>/``:
 
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import srsly
-from evaluate import evaluate
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy.util import load_config
 
+from crf_project.evaluate import evaluate
+from crf_project.readme_block import replace_block
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 
@@ -209,7 +209,3 @@ def compare_report_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

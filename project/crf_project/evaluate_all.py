@@ -1,6 +1,6 @@
 """Evaluate the trained models on every available evaluation set.
 
-    python scripts/evaluate_all.py --out ROOT [--eval-limit N]
+    python crf_project evaluate-all --out ROOT [--eval-limit N]
 
 Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
 
@@ -20,11 +20,11 @@ README between the ``<!-- METRICS -->`` markers.
 from pathlib import Path
 
 import typer
-from evaluate import evaluate
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import eval_limit_option, out_option, profile_option, read_manifest, readme_option
 
+from crf_project.evaluate import evaluate
+from crf_project.readme_block import replace_block
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import eval_limit_option, out_option, profile_option, read_manifest, readme_option
 from spacy_crf.files import write_json_atomic, write_text_atomic
 
 # (label, training dir); a model that was not trained is skipped. "joint" is the
@@ -118,7 +118,3 @@ def evaluate_all_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()
