@@ -176,8 +176,38 @@ def _same(current: Any, value: Any) -> bool:
     return type(current) is type(value) and current == value
 
 
+#: The ship project's folder: a recipe names its paths relative to it.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def project_path(item: str) -> str:
+    """``item`` relative to the ship project's folder where it names an existing
+    file or folder in the repository, else unchanged: the study project
+    (``project/studies/``) names the same files as ``../``..., and its
+    ``compare`` must find the ship project's run to have the same recipe."""
+    if "/" not in item or not Path(item).exists():
+        return item
+    absolute = os.path.abspath(item)
+    if not absolute.startswith(str(PROJECT_DIR.parent) + os.sep):
+        return item
+    return os.path.normpath(os.path.relpath(absolute, PROJECT_DIR))
+
+
+def same_paths(recipe_: Dict[str, Any]) -> Dict[str, Any]:
+    """A recipe written before paths were made project-relative (always from
+    the ship project's folder, so only ``./`` differs) in today's form."""
+    norm = lambda item: os.path.normpath(item) if "/" in item else item  # noqa: E731
+    return {
+        **recipe_,
+        **{key: norm(recipe_[key]) for key in ("config", "encoder", "code") if isinstance(recipe_.get(key), str)},
+        "overrides": [norm(item) for item in recipe_.get("overrides", [])],
+        "files": {norm(name): digest for name, digest in recipe_.get("files", {}).items()},
+    }
+
+
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
-    """Everything that decides the trained model, except the output paths."""
+    """Everything that decides the trained model, except the output paths;
+    paths relative to the ship project's folder, wherever the run started."""
     kept: List[str] = []
     skip = False
     for item in overrides:
@@ -193,14 +223,22 @@ def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[st
     if encoder_config.is_file():
         # the layer count of a cut encoder lives here, not in its path
         files[str(encoder_config)] = md5(encoder_config)
-    return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code, "overrides": kept, "files": files}
+    return {
+        "config": project_path(config),
+        "encoder": project_path(encoder),
+        "gpu_id": gpu_id,
+        "code": project_path(code) if code else code,
+        "overrides": [project_path(item) for item in kept],
+        "files": {project_path(name): digest for name, digest in files.items()},
+    }
 
 
 def reusable(source: Path, wanted: Dict[str, Any]) -> bool:
     meta = source / "train_meta.json"
     if not (source / "model-best").is_dir() or not meta.is_file():
         return False
-    return srsly.read_json(meta).get("recipe") == wanted
+    stored = srsly.read_json(meta).get("recipe")
+    return isinstance(stored, dict) and same_paths(stored) == wanted
 
 
 ALLOCATORS = ("auto", "jemalloc", "glibc")
