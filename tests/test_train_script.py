@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import srsly
 
-from crf_project import train
+from crf_project import paths, train
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_the_recipe_is_the_same_from_the_study_project_folder(tmp_path, monkeypa
     (project / "smoke" / "corpus" / "train.spacy").write_bytes(b"docs")
     (project / "smoke" / "enc").mkdir()
     (project / "studies").mkdir()
-    monkeypatch.setattr(train, "PROJECT_DIR", project)
+    monkeypatch.setattr(paths, "PROJECT_DIR", project)
     monkeypatch.chdir(project)
     shipped = train.recipe("../configs/joint.cfg", "smoke/enc", -1, "", ["--paths.train", "smoke/corpus/train.spacy"])
     monkeypatch.chdir(project / "studies")
@@ -303,3 +303,18 @@ def test_the_recipe_is_the_same_from_the_study_project_folder(tmp_path, monkeypa
     monkeypatch.chdir(project)
     old = {**shipped, "overrides": ["--paths.train", "./smoke/corpus/train.spacy"]}
     assert train.same_paths(old) == shipped
+
+
+def test_a_manifest_path_reads_the_same_file_from_the_study_folder(tmp_path, monkeypatch):
+    # the corpus step writes paths relative to the ship project's folder
+    project = tmp_path / "project"
+    (project / "smoke" / "corpus").mkdir(parents=True)
+    (project / "studies").mkdir()
+    entry = {"task": "cws", "eval": "smoke/corpus/dev.spacy", "eval_split": "dev"}
+    srsly.write_json(project / "smoke" / "corpus" / "manifest.json", {"sxu": entry})
+    monkeypatch.setattr(paths, "PROJECT_DIR", project)
+    monkeypatch.chdir(project)
+    assert paths.load_manifest(project / "smoke" / "corpus" / "manifest.json")["sxu"] == entry
+    monkeypatch.chdir(project / "studies")
+    moved = paths.load_manifest(project / "smoke" / "corpus" / "manifest.json")["sxu"]
+    assert moved == {**entry, "eval": "../smoke/corpus/dev.spacy"}

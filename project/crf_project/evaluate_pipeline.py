@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import spacy
-import srsly
 import typer
 from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from crf_project.paths import load_manifest
 from crf_project.script_cli import run_app, script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.merge_words import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
@@ -206,7 +206,7 @@ def evaluate_pipeline_cli(
     if manifest_path is not None:
         if not manifest_path.is_file():
             raise SystemExit(f"{manifest_path}: no such file (run the corpus step first)")
-        manifest = srsly.read_json(manifest_path)
+        manifest = load_manifest(manifest_path)
         for name in (words_name, ents_name):
             if name not in manifest:
                 raise SystemExit(f"{manifest_path}: no corpus {name!r} (has {', '.join(manifest)})")

@@ -26,6 +26,7 @@ from spacy.util import minibatch
 from tqdm import tqdm
 
 from crf_project.oov_probes import find_segmenter, load_inputs, with_words
+from crf_project.results import write_table
 from crf_project.script_cli import run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.files import write_json_atomic
@@ -149,10 +150,10 @@ def lexicon_tune_cli(
         f"{result['docs']:,} docs)"
     )
     write_json_atomic(output, result)
-    output.with_suffix(".md").write_text(
+    write_table(
+        output.with_suffix(".md"),
         f"Lexicon weight on {data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
-        f"model {model}); chosen: the highest word F.\n\n{text}\n",
-        encoding="utf-8",
+        f"model {model}); chosen: the highest word F.\n\n{text}",
     )
 
 

@@ -62,6 +62,7 @@ import srsly
 import typer
 
 from crf_project.fetch_assets import md5
+from crf_project.paths import to_ship as project_path
 from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.hardware import hardware
@@ -174,23 +175,6 @@ def _same(current: Any, value: Any) -> bool:
     if isinstance(current, dict):
         return isinstance(value, dict) and dict(current) == value
     return type(current) is type(value) and current == value
-
-
-#: The ship project's folder: a recipe names its paths relative to it.
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-def project_path(item: str) -> str:
-    """``item`` relative to the ship project's folder where it names an existing
-    file or folder in the repository, else unchanged: the study project
-    (``project/studies/``) names the same files as ``../``..., and its
-    ``compare`` must find the ship project's run to have the same recipe."""
-    if "/" not in item or not Path(item).exists():
-        return item
-    absolute = os.path.abspath(item)
-    if not absolute.startswith(str(PROJECT_DIR.parent) + os.sep):
-        return item
-    return os.path.normpath(os.path.relpath(absolute, PROJECT_DIR))
 
 
 def same_paths(recipe_: Dict[str, Any]) -> Dict[str, Any]:
