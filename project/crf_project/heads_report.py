@@ -19,7 +19,8 @@ evaluation split of CORPUS:
 * ``mentions_f``: every gold mention, nested ones included
   (``doc.spans["mentions"]``), against what the head predicts: the span
   group for the span head (overlaps allowed), ``doc.ents`` for the taggers;
-* chars/s of ``nlp.pipe`` (batch 128, one process, after a warm-up batch).
+* the speed of ``nlp.pipe`` in chars/s
+  (batch 128, one process, after a warm-up batch).
 
 It writes ``ROOT/metrics/ner_heads_CORPUS.json`` and ``.md`` (mean ±
 half-range over the seeds found, per-label F of the best head, training
