@@ -150,6 +150,14 @@ def test_an_unknown_project_command_is_a_one_line_error():
     assert "'convert_corpora' is not one of: " in result.stderr and "convert-corpora" in result.stderr
 
 
+def test_the_front_door_lists_every_command():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "project" / "crf_project"), "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    assert "train, training-curve, user-words" in result.stdout and "results" in result.stdout
+
+
 def test_a_training_seed_does_not_change_the_data():
     # `spacy project run all|compare|ner-heads --vars.seed=1` reruns the corpus step; had the
     # dev carve taken the training seed, seed 1 would train and score on other docs (and the

@@ -18,6 +18,9 @@ from crf_project.script_cli import commands, run_app  # noqa: E402 (after the sy
 
 def main() -> None:
     names = commands()
+    if sys.argv[1:2] in (["--help"], ["-h"]):
+        print("usage: python crf_project COMMAND [ARGS] (COMMAND --help for its own)\ncommands: " + ", ".join(names))
+        return
     if len(sys.argv) < 2 or sys.argv[1] not in names:
         given = repr(sys.argv[1]) if len(sys.argv) > 1 else "no command"
         sys.exit(f"usage: python crf_project COMMAND [ARGS]: {given} is not one of: {', '.join(names)}")
