@@ -1,9 +1,9 @@
 """Shared fixtures: tiny models built locally, never downloaded.
 
 Config text and tiny data sets shared by several test modules are in
-``_configs.py``. The project's scripts (``project/scripts``) import each
-other as siblings, as they do when the project runs them; the directory is
-put on ``sys.path`` here so that their tests can import them the same way.
+``_configs.py``. The project's commands are the package ``project/crf_project``;
+``project/`` is put on ``sys.path`` here so that their tests import them as
+``crf_project.NAME``, as the commands import each other.
 """
 
 import random
@@ -15,15 +15,15 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-PROJECT_SCRIPTS = ROOT / "project" / "scripts"
-if str(PROJECT_SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(PROJECT_SCRIPTS))
+PROJECT_PACKAGE = ROOT / "project" / "crf_project"
+if str(PROJECT_PACKAGE.parent) not in sys.path:
+    sys.path.insert(0, str(PROJECT_PACKAGE.parent))
 
 CHARS = list("我在北京工作张三去上海今天天气好李四住广州他们的是了人有中国大学生")
 
 
 def load_script(path: Path):
-    """A script file (``scripts/``, ``project/scripts/``) as a module, without running its main."""
+    """A script file (``scripts/``, ``project/crf_project/``) as a module, without running its main."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(path.stem, path)

@@ -1,14 +1,14 @@
-"""project/scripts/assemble.py: segmenter + NER tagger (joint, or separately
+"""project/crf_project/assemble.py: segmenter + NER tagger (joint, or separately
 trained) into one pipeline with crf_merge_words."""
 
 import pytest
 import spacy
 from _configs import NER_DATA, PIPELINE_CFG, WORDS
-from assemble import assemble
 from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
+from crf_project.assemble import assemble
 from spacy_crf.doc_keys import NO_GOLD_WORDS
 
 
@@ -102,8 +102,9 @@ def test_assemble_a_joint_model_keeps_one_encoder(tiny_bert_dir, trained_dirs, t
 
 def _assemble_cli(args):
     import typer
-    from assemble import assemble_cli
     from typer.testing import CliRunner
+
+    from crf_project.assemble import assemble_cli
 
     app = typer.Typer()
     app.command()(assemble_cli)
@@ -140,8 +141,9 @@ def test_assemble_cli_never_writes_over_a_model_or_a_foreign_directory(trained_d
 
 
 def test_an_interrupted_save_keeps_the_earlier_pipeline(trained_dirs, tmp_path, monkeypatch):
-    from assemble import save_pipeline
     from spacy.language import Language
+
+    from crf_project.assemble import save_pipeline
 
     nlp = assemble(trained_dirs / "cws", trained_dirs / "ner")
     save_pipeline(nlp, tmp_path / "pipeline")
@@ -211,7 +213,7 @@ def test_quantized_assembly(trained_dirs, tmp_path):
 
 
 def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
-    from assemble import lexicon_weight_from
+    from crf_project.assemble import lexicon_weight_from
 
     words_file = tmp_path / "words.txt"
     words_file.write_text("今天天气\n工作日\n", encoding="utf-8")

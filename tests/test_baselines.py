@@ -1,10 +1,11 @@
-"""project/scripts/baselines.py: BMES tag data for spaCy's tagger, and words
+"""project/crf_project/baselines.py: BMES tag data for spaCy's tagger, and words
 decoded from its tags (through spacy_crf.ml.schemes)."""
 
 import spacy
 from _configs import WORDS
-from baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
 from spacy.tokens import Doc, DocBin
+
+from crf_project.baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
 
 
 def word_doc(vocab, words):

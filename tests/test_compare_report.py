@@ -1,7 +1,8 @@
-"""project/scripts/compare_report.py: what each run was trained with, and the table."""
+"""project/crf_project/compare_report.py: what each run was trained with, and the table."""
 
 import srsly
-from compare_report import compare_table, dev_curve, plot_curves, run_settings
+
+from crf_project.compare_report import compare_table, dev_curve, plot_curves, run_settings
 
 CONFIG = """[training]
 max_steps = 1000

@@ -937,7 +937,7 @@ def test_real_corpora_match_readme(nlp):
 def test_project_convert_corpora_checks_its_options_first(tmp_path, monkeypatch, capsys):
     import sys
 
-    import convert_corpora
+    from crf_project import convert_corpora
 
     (tmp_path / "assets").mkdir()
     for argv, needle in (

@@ -1,15 +1,15 @@
-"""project/scripts/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
+"""project/crf_project/curve.py and spacy_crf.training.loggers: per-depth settings, the timing
 rows of every evaluation, and the curve's table and plot."""
 
 import io
 
-import curve
 import pytest
 import spacy
 import srsly
 import typer
 from typer.testing import CliRunner
 
+from crf_project import curve
 from spacy_crf.training.loggers import timed_console_logger, times_path
 
 
@@ -70,13 +70,11 @@ def _fake_run(root, depth, lr, points, tag="", ents_share=0.5):
     )
 
 
-def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
+def test_report_writes_the_table_and_the_plot(tmp_path):
     _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0), (200, 600, 90.5, 60.25), (400, 1200, 93.0, 75.0)])
     _fake_run(tmp_path, 12, 1e-4, [(0, 2, 0.0, 0.0), (200, 2400, 94.0, 80.0)])
     _fake_run(tmp_path, 3, 3e-4, [(0, 1, 0.0, 0.0), (200, 600, 91.0, 62.0)], tag="ents70", ents_share=0.7)
-    readme = tmp_path / "README.md"
-    readme.write_text("x\n<!-- CURVE -->\nold\n<!-- /CURVE -->\n", encoding="utf8")
-    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path), "--readme", str(readme)])
+    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
     assert "| 3L | 3 | 0.0003 | 0.5 | 200 | 5.0 | 10.0 | 90.50 | – | 60.25 |" in text  # OOV recall not logged
@@ -89,7 +87,6 @@ def test_report_writes_the_table_the_plot_and_the_readme_block(tmp_path):
         "– (not logged while training) | – (too few points) |" in text
     )
     assert (tmp_path / "metrics" / "curve.png").read_bytes()[:4] == b"\x89PNG"
-    assert "| 12L | 12 | 0.0001 | 0.5 | 200 |" in readme.read_text(encoding="utf8")
 
 
 def test_fit_budget_extrapolates_a_power_law_and_says_when_a_run_is_flat():

@@ -1,12 +1,12 @@
 """How much of a dev or test split training has seen: the rate functions,
-the corpus manifest's rates and ``project/scripts/dev_rates.py``."""
+the corpus manifest's rates and ``project/crf_project/dev_rates.py``."""
 
 import json
 import sys
 
 import pytest
 import spacy
-from conftest import PROJECT_SCRIPTS, load_script
+from conftest import PROJECT_PACKAGE, load_script
 from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
@@ -84,7 +84,7 @@ def test_dev_rates_script_measures_each_carve(tmp_path):
     (assets / "ner" / "msra").mkdir(parents=True)
     (assets / "cws" / "sxu" / "train.txt").write_text(SXU, encoding="utf8")
     (assets / "ner" / "msra" / "msra_train_bio").write_text(MSRA, encoding="utf8")
-    script = load_script(PROJECT_SCRIPTS / "dev_rates.py")
+    script = load_script(PROJECT_PACKAGE / "dev_rates.py")
     import typer
 
     app = typer.Typer()
@@ -130,7 +130,7 @@ def test_manifest_reports_the_rates_of_every_dev_split(tmp_path, monkeypatch, ca
     (assets / "cws" / "sxu" / "train.txt").write_text(SXU, encoding="utf8")
     (assets / "cws" / "sxu" / "test.txt").write_text("文0  的  新词  。\n", encoding="utf8")
     out = tmp_path / "corpus"
-    script = load_script(PROJECT_SCRIPTS / "convert_corpora.py")
+    script = load_script(PROJECT_PACKAGE / "convert_corpora.py")
     monkeypatch.setattr(
         sys,
         "argv",

@@ -1,4 +1,4 @@
-"""project/scripts/entity_policies.py: the three ways of reconciling words and
+"""project/crf_project/entity_policies.py: the three ways of reconciling words and
 entities, checked against the merge step's own split and keep_words."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from spacy.training import Example
 
 from spacy_crf.pipeline.merge_words import merge_words
 
-SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "entity_policies.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "project" / "crf_project" / "entity_policies.py"
 TEXT = "美方代表在北京开会"
 
 

@@ -1,4 +1,4 @@
-"""project/scripts/evaluate.py: word scores with OOV/IV recall (also from a
+"""project/crf_project/evaluate.py: word scores with OOV/IV recall (also from a
 softmax tagger's BMES tags), entity scores, train_meta.json, --manifest."""
 
 import json
@@ -6,9 +6,10 @@ import json
 import pytest
 import spacy
 from _configs import WORDS
-from evaluate import evaluate, evaluate_cli, evaluate_cws
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
+
+from crf_project.evaluate import evaluate, evaluate_cli, evaluate_cws
 
 
 def word_doc(vocab, words):
@@ -155,17 +156,41 @@ def test_cli_clear_errors_for_empty_or_missing_inputs(tmp_path):
 def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
     import sys
 
-    import evaluate_all
+    from crf_project import evaluate_all
 
     for argv, needle in (
         (["--out", str(tmp_path), "--eval-limit", "-1"], "--eval-limit"),
         (["--out", str(tmp_path)], "manifest.json: no such file"),
+        (["--out", str(tmp_path), "--models", "joint,nope"], "--models"),
     ):
         monkeypatch.setattr(sys, "argv", ["evaluate_all.py", *argv])
         with pytest.raises(SystemExit) as exc:
             evaluate_all.main()
         assert exc.value.code == 2 and needle in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_evaluate_all_scores_only_the_models_named(tmp_path, monkeypatch):
+    # the ship project scores `joint` alone: a single-task model the study
+    # project trained beside it must not change what `all` writes
+    import sys
+
+    import srsly
+
+    from crf_project import evaluate_all
+
+    for model in ("joint", "cws"):
+        (tmp_path / "training" / model / "model-best").mkdir(parents=True)
+    entry = {"task": "cws", "eval": "sxu.spacy", "dictionary": "words.spacy", "eval_split": "dev"}
+    (tmp_path / "corpus").mkdir()
+    srsly.write_json(tmp_path / "corpus" / "manifest.json", {"sxu": entry})
+    scores = {"words_p": 0.5, "words_r": 0.5, "words_f": 0.5}
+    fake = {"scores": scores, "train": {}, "hardware": {"cpu_count": 2}, "speed": {"chars_per_s": 1.0}}
+    monkeypatch.setattr(evaluate_all, "evaluate", lambda *args, **kwargs: dict(fake))
+    monkeypatch.setattr(sys, "argv", ["evaluate_all.py", "--out", str(tmp_path), "--models", "joint"])
+    evaluate_all.main()
+    assert sorted(p.name for p in (tmp_path / "metrics").glob("*.json")) == ["joint_sxu_dev.json"]
+    assert "single-task" not in (tmp_path / "metrics" / "summary.md").read_text(encoding="utf8")
 
 
 def test_evaluate_cws_breaks_down_the_oov_words():
@@ -184,8 +209,9 @@ def test_evaluate_cws_breaks_down_the_oov_words():
 
 
 def test_oov_breakdown_tells_split_from_joined_misses():
-    from oov import oov_breakdown, summary_lines, word_kind
     from spacy.training import Example
+
+    from crf_project.oov import oov_breakdown, summary_lines, word_kind
 
     vocab = spacy.blank("zh").vocab
     pairs = [

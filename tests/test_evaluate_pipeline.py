@@ -1,4 +1,4 @@
-"""project/scripts/evaluate_pipeline.py scores what users get from nlp.pipe.
+"""project/crf_project/evaluate_pipeline.py scores what users get from nlp.pipe.
 
 Its figures are checked against an independent computation: spacy.load the
 saved pipeline, run each reference text through it, and count word and
@@ -13,7 +13,7 @@ from conftest import half_trained_pipeline, load_script
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
-SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "evaluate_pipeline.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "project" / "crf_project" / "evaluate_pipeline.py"
 
 WORDS = [
     ["张三", "去", "上海"],

@@ -1,8 +1,9 @@
-"""project/scripts/heads_report.py: what each head counts as a mention, and the tables."""
+"""project/crf_project/heads_report.py: what each head counts as a mention, and the tables."""
 
 import spacy
-from heads_report import mentions, tables
 from spacy.tokens import Span
+
+from crf_project.heads_report import mentions, tables
 
 
 def test_mentions_are_the_span_group_when_there_is_one_else_the_entities():
@@ -53,8 +54,9 @@ def test_tables_give_mean_and_half_range_and_the_best_heads_labels():
 
 def test_dev_curves_are_read_from_the_train_logs_and_plotted(tmp_path):
     import srsly
-    from compare_report import dev_curve
-    from heads_report import plot_curves
+
+    from crf_project.compare_report import dev_curve
+    from crf_project.heads_report import plot_curves
 
     run = tmp_path / "seed0" / "crf"
     run.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""project/scripts/lexicon.py (the word list) and lexicon_tune.py (its
+"""project/crf_project/lexicon.py (the word list) and lexicon_tune.py (its
 weight on dev), checked against independent scoring of a small trained
 pipeline."""
 
@@ -15,7 +15,7 @@ from spacy.training import Example
 from spacy_crf.pipeline.lexicon import Lexicon
 from spacy_crf.pipeline.scorers import score_words
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "project" / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "project" / "crf_project"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""project/scripts/oov_probes.py: decoding-bias, entity-join and stock-piece
+"""project/crf_project/oov_probes.py: decoding-bias, entity-join and stock-piece
 probes of the OOV words, checked on hand-made cases and against independent
 scoring of a small trained pipeline."""
 
@@ -14,7 +14,7 @@ from spacy.training import Example
 
 from spacy_crf.pipeline.scorers import predicted_words, score_words
 
-SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "oov_probes.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "project" / "crf_project" / "oov_probes.py"
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import srsly
-import train
 from spacy.util import load_config
 
 import spacy_crf.training.loggers  # noqa: F401  (the logger's entry point needs an installed checkout)
+from crf_project import train
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "joint.cfg"
@@ -136,7 +136,7 @@ def _script_argv(command: str, variables: dict, out: Path):
     script = next(c for c in project["commands"] if c["name"] == command)["script"][0]
     script = re.sub(r"\$\{vars\.(\w+)\}", lambda m: str(values[m.group(1)]), script)
     argv = shlex.split(script)
-    return argv[argv.index("scripts/train.py") :]
+    return argv[argv.index("crf_project") + 1 :]
 
 
 def _spacy_train_of(argv, monkeypatch):

@@ -5,8 +5,8 @@ about the tag grammar, and the CRF learning-rate multiplier fixes that."""
 import numpy
 import pytest
 import spacy
-from study_measures import emission_margins, mean_and_spread, record_run, transition_emission_ratio
 
+from crf_project.study_measures import emission_margins, mean_and_spread, record_run, transition_emission_ratio
 from spacy_crf.ml.schemes import make_tags, transition_mask
 from spacy_crf.ml.tagger_model import CRF, crf_loss, decode
 from spacy_crf.ml.transitions import TransitionTable
@@ -143,7 +143,7 @@ def _fake_record(task, depth, head, multiplier, seed, f1, validity=None, ratio=N
 
 
 def test_study_report(tmp_path):
-    from study_report import reading, results_table, write_report
+    from crf_project.study_report import reading, results_table, write_report
 
     records = []
     for seed in (0, 1):

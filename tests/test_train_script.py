@@ -1,4 +1,4 @@
-"""project/scripts/train.py: the recipe of a run, and --reuse copying a finished
+"""project/crf_project/train.py: the recipe of a run, and --reuse copying a finished
 run with the same recipe instead of training again."""
 
 import subprocess
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import srsly
-import train
+
+from crf_project import paths, train
 
 
 @pytest.fixture
@@ -277,3 +278,43 @@ def test_the_log_goes_to_paths_train_log_where_the_config_has_it(inputs, monkeyp
     assert cmd[-2:] == ["--paths.train_log", "logged/train_log.jsonl"]
     # the log's path names the output: not part of the recipe
     assert "--paths.train_log" not in srsly.read_json(inputs / "logged" / "train_meta.json")["recipe"]["overrides"]
+
+
+def test_the_recipe_is_the_same_from_the_study_project_folder(tmp_path, monkeypatch):
+    # the study project runs compare from project/studies/ with ../ paths; its
+    # --reuse must still find the ship project's run to have the same recipe
+    (tmp_path / "repo" / "configs").mkdir(parents=True)
+    (tmp_path / "repo" / "configs" / "joint.cfg").write_text("[x]\n", encoding="utf8")
+    project = tmp_path / "repo" / "project"
+    (project / "smoke" / "corpus").mkdir(parents=True)
+    (project / "smoke" / "corpus" / "train.spacy").write_bytes(b"docs")
+    (project / "smoke" / "enc").mkdir()
+    (project / "studies").mkdir()
+    monkeypatch.setattr(paths, "PROJECT_DIR", project)
+    monkeypatch.chdir(project)
+    shipped = train.recipe("../configs/joint.cfg", "smoke/enc", -1, "", ["--paths.train", "smoke/corpus/train.spacy"])
+    monkeypatch.chdir(project / "studies")
+    studies = train.recipe(
+        "../../configs/joint.cfg", "../smoke/enc", -1, "", ["--paths.train", "../smoke/corpus/train.spacy"]
+    )
+    assert studies == shipped
+    assert shipped["overrides"] == ["--paths.train", "smoke/corpus/train.spacy"]
+    # a run recorded before the paths were made project-relative (out "."): still the same recipe
+    monkeypatch.chdir(project)
+    old = {**shipped, "overrides": ["--paths.train", "./smoke/corpus/train.spacy"]}
+    assert train.same_paths(old) == shipped
+
+
+def test_a_manifest_path_reads_the_same_file_from_the_study_folder(tmp_path, monkeypatch):
+    # the corpus step writes paths relative to the ship project's folder
+    project = tmp_path / "project"
+    (project / "smoke" / "corpus").mkdir(parents=True)
+    (project / "studies").mkdir()
+    entry = {"task": "cws", "eval": "smoke/corpus/dev.spacy", "eval_split": "dev"}
+    srsly.write_json(project / "smoke" / "corpus" / "manifest.json", {"sxu": entry})
+    monkeypatch.setattr(paths, "PROJECT_DIR", project)
+    monkeypatch.chdir(project)
+    assert paths.load_manifest(project / "smoke" / "corpus" / "manifest.json")["sxu"] == entry
+    monkeypatch.chdir(project / "studies")
+    moved = paths.load_manifest(project / "smoke" / "corpus" / "manifest.json")["sxu"]
+    assert moved == {**entry, "eval": "../smoke/corpus/dev.spacy"}

@@ -1,4 +1,4 @@
-"""project/scripts/user_words.py: unseen dev words the segmenter splits,
+"""project/crf_project/user_words.py: unseen dev words the segmenter splits,
 added as user words, segmented before and after, on a small trained pipeline."""
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from conftest import load_script, write_probe_inputs
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
-SCRIPT = Path(__file__).resolve().parents[1] / "project" / "scripts" / "user_words.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "project" / "crf_project" / "user_words.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Install the packaged pipeline into a fresh virtual environment and use it.
 
-    python scripts/check_package.py --packages ROOT/packages --venv ROOT/check-venv
+    python crf_project check-package --packages ROOT/packages --venv ROOT/check-venv
 
 The venv is new; it sees this environment's packages through a ``.pth``
 file (the same idea as ``--system-site-packages``, but for the current venv),
@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 import typer
-from script_cli import run_app, script_app
+
+from crf_project.script_cli import run_app, script_app
 
 CHECK = r"""
 import os
@@ -107,7 +108,3 @@ def check_package_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Convert every available corpus to ``.spacy`` and check the counts.
 
-    python scripts/convert_corpora.py --assets assets --out corpus [--limit N] [--max-chars 256] \
+    python crf_project convert-corpora --assets assets --out corpus [--limit N] [--max-chars 256] \
         [--carve blocks --block-size 200 | --carve lines]
 
 Calls :func:`spacy_crf.corpora.convert_corpus` (the function behind
@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 import typer
-from script_cli import choice_option, run_app, script_app
 
+from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
 from spacy_crf.corpora.rates import file_rates
@@ -183,7 +183,3 @@ def convert_corpora_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Assemble one Chinese pipeline from trained CRF taggers.
 
-    python scripts/assemble.py JOINT_MODEL OUTPUT_DIR [--name crf_pipeline]
-    python scripts/assemble.py CWS_MODEL OUTPUT_DIR --ner NER_MODEL
+    python crf_project assemble JOINT_MODEL OUTPUT_DIR [--name crf_pipeline]
+    python crf_project assemble CWS_MODEL OUTPUT_DIR --ner NER_MODEL
 
 The result is ``transformer -> segmenter -> crf_ner -> merge_words``:
 ``transformer`` + ``segmenter`` write the predicted words to
@@ -47,6 +47,7 @@ import typer
 from spacy.language import Language
 from wasabi import msg
 
+from crf_project.script_cli import script_app
 from spacy_crf.files import OutputPathError, atomic_dir, check_output_dir, check_output_paths
 from spacy_crf.pipeline.lexicon import read_lexicon
 from spacy_crf.pipeline.scorers import score_words
@@ -209,6 +210,10 @@ def save_pipeline(nlp: Language, output: Path, *, inputs=(), force: bool = False
     return Path(output)
 
 
+app = script_app()
+
+
+@app.command()
 def assemble_cli(
     model: Path = typer.Argument(
         ..., exists=True, help="Joint model (segmenter + NER), or the segmentation model with --ner"
@@ -276,7 +281,3 @@ def assemble_cli(
     if nlp.meta["lexicon"]:
         typer.echo(f"  segmenter lexicon: {nlp.meta['lexicon']['words']:,} words, weight {weight:g}")
     typer.echo(f"  {[t.text for t in doc]}  ents={[(e.text, e.label_) for e in doc.ents]}")
-
-
-if __name__ == "__main__":
-    typer.run(assemble_cli)

@@ -1,6 +1,6 @@
 """CRF versus softmax heads on the same encoder, data and budget, over seeds.
 
-    python scripts/compare_report.py --out ROOT [--eval-limit N] [--readme README.md]
+    python crf_project compare-report --out ROOT [--eval-limit N]
 
 The `compare` workflow trains, per seed, into ``ROOT/training/compare/seed<N>/``:
 
@@ -13,8 +13,7 @@ The `compare` workflow trains, per seed, into ``ROOT/training/compare/seed<N>/``
 This script scores every trained model found there on the manifest's
 evaluation split (SXU words, MSRA entities), writes
 ``ROOT/metrics/compare.json`` and ``compare.md`` (mean ± half-range over the
-seeds found, and the seeds), and with ``--readme`` puts the table between
-the ``<!-- COMPARE -->`` markers of that README; ``compare.png`` plots the dev
+seeds found, and the seeds; ``crf_project results`` gathers it); ``compare.png`` plots the dev
 curves scored while training (SXU word F, MSRA entity F) against the steps
 each task got, per head and seed. Each row also says what the
 runs were trained with (steps, peak learning rate, the step model-best came
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import srsly
-from evaluate import evaluate
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy.util import load_config
 
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from crf_project.evaluate import evaluate
+from crf_project.results import write_table
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import cell, eval_limit_option, out_option, profile_option, report_inputs
+from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 
 # (model dir, label, tasks it is scored on)
@@ -164,7 +163,6 @@ app = script_app()
 def compare_report_cli(
     out: str = out_option(),
     eval_limit: int = eval_limit_option(),
-    readme: str = readme_option(),
     profile: str = profile_option(),
 ) -> None:
     manifest, seed_dirs = report_inputs(out, eval_limit, Path(out) / "training" / "compare", "compare")
@@ -200,16 +198,10 @@ def compare_report_cli(
     metrics = root / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     write_json_atomic(metrics / "compare.json", {"profile": profile, "eval_limit": eval_limit, "results": results})
-    write_text_atomic(metrics / "compare.md", table + "\n")
+    write_table(metrics / "compare.md", table)
     plot_curves(seed_dirs, f"compare: dev F while training, per head and seed ({profile})", metrics / "compare.png")
     print(table)
-    if readme and profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(readme), "COMPARE", table)
 
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

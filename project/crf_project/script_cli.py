@@ -1,9 +1,28 @@
-"""What the project's scripts share on the command line: each builds a typer
-app with :func:`script_app` and runs it from ``main()`` with :func:`run_app`."""
+"""What the project's commands share on the command line: each module builds a
+typer ``app`` with :func:`script_app`, and ``python crf_project COMMAND`` runs
+it with :func:`run_app`."""
 
-from typing import Any, Sequence
+import re
+import sys
+from pathlib import Path
+from typing import Any, List, Sequence
 
 import typer
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def commands() -> List[str]:
+    """The command names (module names with hyphens) of the modules that
+    define a top-level typer ``app``; read from the source, so that listing
+    them imports nothing."""
+    found = [p.stem for p in PACKAGE.glob("*.py") if re.search(r"^app = ", p.read_text(encoding="utf-8"), re.M)]
+    return sorted(name.replace("_", "-") for name in found)
+
+
+def command_line(name: str) -> List[str]:
+    """argv that runs the project command ``name`` in a new process with this Python."""
+    return [sys.executable, str(PACKAGE), name]
 
 
 def script_app() -> typer.Typer:

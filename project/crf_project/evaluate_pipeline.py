@@ -1,9 +1,9 @@
 """Score the shipped pipeline as users call it: raw text in, tokens and doc.ents out.
 
-    python scripts/evaluate_pipeline.py PIPELINE --words DEV.spacy --ents DEV.spacy \
+    python crf_project evaluate-pipeline PIPELINE --words DEV.spacy --ents DEV.spacy \
         [--dictionary TRAIN.spacy] [--set components.merge_words.entity_policy=keep_words] \
         [--limit N] --output metrics/pipeline_public_api.json
-    python scripts/evaluate_pipeline.py zh_crf_pipeline --manifest corpus/manifest.json \
+    python crf_project evaluate-pipeline zh_crf_pipeline --manifest corpus/manifest.json \
         --words sxu --ents msra --output metrics/pipeline_public_api.json
 
 With ``--manifest`` (written by the corpus step), ``--words`` and ``--ents``
@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import spacy
-import srsly
 import typer
-from script_cli import run_app, script_app
 from spacy.scorer import PRFScore, get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from crf_project.paths import load_manifest
+from crf_project.script_cli import run_app, script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.merge_words import DEFAULT_UNALIGNED_ENTS_KEY as UNALIGNED
 from spacy_crf.pipeline.merge_words import char_entities
@@ -206,7 +206,7 @@ def evaluate_pipeline_cli(
     if manifest_path is not None:
         if not manifest_path.is_file():
             raise SystemExit(f"{manifest_path}: no such file (run the corpus step first)")
-        manifest = srsly.read_json(manifest_path)
+        manifest = load_manifest(manifest_path)
         for name in (words_name, ents_name):
             if name not in manifest:
                 raise SystemExit(f"{manifest_path}: no corpus {name!r} (has {', '.join(manifest)})")
@@ -251,7 +251,3 @@ def evaluate_pipeline_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """How hard is each way of carving a dev set, measured before any training.
 
-    python scripts/dev_rates.py --assets assets --out metrics/dev_rates.json \\
+    python crf_project dev-rates --assets assets --out metrics/dev_rates.json \\
         [--corpora sxu,msra,cluener] [--block-sizes 20,50,100,200,500] [--seeds 0,1,2,3,4]
 
 For each corpus whose dev split is carved from its training file (as
@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import typer
-from convert_corpora import CORPORA
 from spacy.vocab import Vocab
 
+from crf_project.convert_corpora import CORPORA
+from crf_project.script_cli import script_app
 from spacy_crf.corpora import read_corpus
 from spacy_crf.corpora.rates import doc_mentions, doc_words, oov_rate, seen_entity_rate
 from spacy_crf.corpora.split import carve_dev, dev_size
@@ -99,6 +100,10 @@ def fmt_cell(summary: Optional[Dict[str, float]]) -> str:
     return f"{s['mean'] * 100:5.2f} ± {s['sd'] * 100:4.2f} [{s['min'] * 100:5.2f}, {s['max'] * 100:5.2f}]"
 
 
+app = script_app()
+
+
+@app.command()
 def main(
     assets: Path = typer.Option(
         Path("assets"), "--assets", help="Folder of the corpus files (as fetched)", exists=True, file_okay=False
@@ -160,7 +165,3 @@ def main(
         typer.echo(f"{'test':<12}" + "".join(f"{(f'{target[k] * 100:.2f}' if k in target else '-'):>36}" for k in keys))
     write_json_atomic(out, result)
     typer.echo(f"\nwrote {out}")
-
-
-if __name__ == "__main__":
-    typer.run(main)

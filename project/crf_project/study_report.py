@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import srsly
-from study_measures import mean_and_spread
 
+from crf_project.study_measures import mean_and_spread
 from spacy_crf.ml.schemes import transition_mask
 from spacy_crf.ml.transitions import TransitionTable
 from spacy_crf.plots import finish_axes, save_figure, subplots

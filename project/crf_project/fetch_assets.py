@@ -1,6 +1,6 @@
 """Fetch the project's assets: download them, or copy them from a local folder.
 
-    python scripts/fetch_assets.py [--data-dir DIR]
+    python crf_project fetch-assets [--data-dir DIR]
 
 Reads the ``assets`` of ``project.yml``. Each asset's ``dest`` is
 ``assets/<path>``; with ``--data-dir DIR`` the file is copied from
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import srsly
 import typer
-from script_cli import run_app, script_app
+
+from crf_project.script_cli import run_app, script_app
 
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONAL = ("[test]", "[online]")
@@ -145,7 +146,3 @@ def fetch_assets_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """The shipped segmenter's lexicon: a general Chinese word list.
 
-    python scripts/lexicon.py OUT_DIR [--source jieba | --source PATH]
+    python crf_project lexicon OUT_DIR [--source jieba | --source PATH]
 
 Writes ``OUT_DIR/words.txt`` (one word of two or more characters per line,
 sorted, no whitespace inside a word: what :class:`spacy_crf.pipeline.lexicon.Lexicon`
@@ -23,6 +23,7 @@ from pathlib import Path
 import typer
 from wasabi import msg
 
+from crf_project.script_cli import script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 
@@ -64,6 +65,10 @@ def build(source: str, out_dir: Path) -> dict:
     return meta
 
 
+app = script_app()
+
+
+@app.command()
 def main(
     out_dir: Path = typer.Argument(..., help="Directory for words.txt and meta.json"),
     source: str = typer.Option(
@@ -78,7 +83,3 @@ def main(
         f"lexicon: {meta['words']:,} words of 2 to {meta['max_length']} characters "
         f"(of {meta['entries']:,} entries in {meta['source_file']}) -> {out_dir / 'words.txt'}"
     )
-
-
-if __name__ == "__main__":
-    typer.run(main)

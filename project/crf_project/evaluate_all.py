@@ -1,6 +1,6 @@
 """Evaluate the trained models on every available evaluation set.
 
-    python scripts/evaluate_all.py --out ROOT [--eval-limit N]
+    python crf_project evaluate-all --out ROOT [--eval-limit N]
 
 Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
 
@@ -13,19 +13,21 @@ Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
   ``ROOT/training/ner_softmax`` = spaCy ``ner``) on MSRA (test, or dev).
 
 Writes one JSON per score to ``ROOT/metrics/`` and the table
-``ROOT/metrics/summary.md``; ``--readme`` also puts the table into that
-README between the ``<!-- METRICS -->`` markers.
+``ROOT/metrics/summary.md``. ``--models`` names the training folders to
+score: the ship project scores ``joint`` alone, so that models the study
+project trains beside it never change what ``all`` writes (the study
+project scores those into ``--table separate.md``).
 """
 
 from pathlib import Path
 
 import typer
-from evaluate import evaluate
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import eval_limit_option, out_option, profile_option, read_manifest, readme_option
 
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from crf_project.evaluate import evaluate
+from crf_project.results import write_table
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import eval_limit_option, out_option, profile_option, read_manifest
+from spacy_crf.files import write_json_atomic
 
 # (label, training dir); a model that was not trained is skipped. "joint" is the
 # default workflow's CRF model (segmenter + NER on one encoder); "cws"/"ner" are
@@ -47,13 +49,20 @@ app = script_app()
 def evaluate_all_cli(
     out: str = out_option(),
     eval_limit: int = eval_limit_option(),
-    readme: str = readme_option(),
     profile: str = profile_option(),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU to score on (-1: CPU)"),
+    models: str = typer.Option(
+        ",".join(sorted({d for rows in MODELS.values() for _, d in rows})),
+        "--models",
+        help="comma-separated training folders to score (where trained)",
+    ),
+    table_name: str = typer.Option("summary.md", "--table", help="the table's file name in ROOT/metrics/"),
 ) -> None:
+    wanted = set(models.split(","))
+    known = {d for rows in MODELS.values() for _, d in rows}
+    if not wanted <= known:
+        raise typer.BadParameter(f"{models!r}: not among {', '.join(sorted(known))}", param_hint="--models")
     _, manifest = read_manifest(out, eval_limit)
-    if readme and not Path(readme).is_file():
-        raise typer.BadParameter(f"{readme}: no such file", param_hint="--readme")
     if gpu_id >= 0:
         import spacy
 
@@ -66,7 +75,7 @@ def evaluate_all_cli(
         task = entry["task"]
         if task == "ner" and corpus != "msra":
             continue  # further NER benchmarks: train with the ner-benchmark workflow
-        for label, model_dir in MODELS[task]:
+        for label, model_dir in (row for row in MODELS[task] if row[1] in wanted):
             model = root / "training" / model_dir / "model-best"
             if not model.exists():
                 print(f"skip {model_dir} on {corpus}: {model} not trained")
@@ -110,15 +119,9 @@ def evaluate_all_cli(
             *rows,
         ]
     )
-    write_text_atomic(metrics / "summary.md", table + "\n")
+    write_table(metrics / table_name, table)
     print(table)
-    if readme and profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(readme), "METRICS", table)
 
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

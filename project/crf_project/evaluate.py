@@ -1,8 +1,8 @@
 """Evaluate a trained pipeline on a ``.spacy`` corpus and write the scores as JSON.
 
-``python scripts/evaluate.py cws MODEL DATA.spacy --words WORDS --output OUT.json``
-``python scripts/evaluate.py ner MODEL DATA.spacy --output OUT.json``
-``python scripts/evaluate.py ner MODEL weibo --manifest corpus/manifest.json --output metrics/ner_weibo_{split}.json``
+``python crf_project evaluate cws MODEL DATA.spacy --words WORDS --output OUT.json``
+``python crf_project evaluate ner MODEL DATA.spacy --output OUT.json``
+``python crf_project evaluate ner MODEL weibo --manifest corpus/manifest.json --output metrics/ner_weibo_{split}.json``
 
 * ``cws``: word P/R/F over character spans (SIGHAN definition), and with
   ``--words`` (a SIGHAN ``*_training_words.utf8`` list, or a word-tokenized
@@ -25,14 +25,16 @@ from typing import Any, Dict, List, Optional, Set
 
 import spacy
 import typer
-from baselines import words_from_tags
-from oov import oov_breakdown, summary_lines
 from spacy.language import Language
 from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from wasabi import msg
 
+from crf_project.baselines import words_from_tags
+from crf_project.oov import oov_breakdown, summary_lines
+from crf_project.paths import load_manifest
+from crf_project.script_cli import script_app
 from spacy_crf.corpora import read_word_set
 from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
@@ -147,6 +149,10 @@ def evaluate(
     return out
 
 
+app = script_app()
+
+
+@app.command()
 def evaluate_cli(
     task: str = typer.Argument(..., help="cws or ner"),
     model: Path = typer.Argument(..., help="Pipeline directory", exists=True),
@@ -178,7 +184,7 @@ def evaluate_cli(
         raise typer.BadParameter(f"must be >= 0 (0: all docs), got {limit}", param_hint="--limit")
     try:
         if manifest is not None:
-            entries = json.loads(manifest.read_text(encoding="utf8"))
+            entries = load_manifest(manifest)
             if data not in entries:
                 raise ValueError(f"{manifest}: no corpus {data!r} (it has {', '.join(entries) or 'none'})")
             entry = entries[data]
@@ -203,7 +209,3 @@ def evaluate_cli(
     if result.get("oov") and result["oov"]["oov_words"]:
         for line in summary_lines(result["oov"]):
             typer.echo(f"  {line}")
-
-
-if __name__ == "__main__":
-    typer.run(evaluate_cli)

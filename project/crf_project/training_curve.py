@@ -1,6 +1,6 @@
 """The dev curve of one training run, OOV recall included.
 
-``python scripts/training_curve.py training/joint --output metrics/training_curve --readme README.md``
+``python crf_project training-curve training/joint --output metrics/training_curve``
 
 Reads what the run logged at every evaluation (``train_log.times.jsonl`` of
 ``spacy_crf.TimedConsoleLogger.v1``, with CPU time, else spaCy's
@@ -8,8 +8,7 @@ Reads what the run logged at every evaluation (``train_log.times.jsonl`` of
 ``spacy_crf.words_scorer.v2``) and MSRA entity F. Writes
 ``OUTPUT.json`` (every evaluation), ``OUTPUT.md`` (the table and how OOV recall
 moved) and ``OUTPUT.png`` (the scores against the steps, with the issue's
-targets), and puts the table in the README between ``<!-- TRAINING_CURVE -->``
-markers unless the profile is ``smoke``.
+targets).
 
 Its question is the one the OOV target leaves open: do more steps find unseen
 words, or only learn the seen ones? The scores are those of the dev docs that
@@ -21,11 +20,12 @@ from typing import Dict, List, Optional
 
 import srsly
 import typer
-from readme_block import replace_block
 from thinc.api import Config
 from wasabi import msg
 
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from crf_project.results import write_table
+from crf_project.script_cli import script_app
+from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
 
@@ -154,10 +154,13 @@ def plot(points: List[Dict], summary: Dict, path: Path, title: str) -> None:
     save_figure(fig, path, title=title)
 
 
+app = script_app()
+
+
+@app.command()
 def main(
     run_dir: Path = typer.Argument(..., help="a training output folder (train_log.jsonl)"),
     output: Path = typer.Option(Path("metrics/training_curve"), help="OUTPUT.json, OUTPUT.md, OUTPUT.png"),
-    readme: Optional[Path] = typer.Option(None, help="README with <!-- TRAINING_CURVE --> markers"),
     profile: str = typer.Option("default"),
 ) -> None:
     try:
@@ -178,12 +181,6 @@ def main(
             **summary,
         },
     )
-    write_text_atomic(output.with_suffix(".md"), text + "\n")
+    write_table(output.with_suffix(".md"), text)
     plot(points, summary, output.with_suffix(".png"), f"{run_dir}: dev scores against training steps ({profile})")
     print(text)
-    if readme is not None and profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(readme, "TRAINING_CURVE", text)
-
-
-if __name__ == "__main__":
-    typer.run(main)

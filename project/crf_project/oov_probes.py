@@ -1,6 +1,6 @@
 """Would a cheap change reach the OOV target? Three probes on one trained model.
 
-    python scripts/oov_probes.py training/joint/model-best corpus/sxu/dev.spacy \
+    python crf_project oov-probes training/joint/model-best corpus/sxu/dev.spacy \
         --words corpus/sxu/train.spacy [--biases 0,0.5,1,2,3] [--limit N] [--output OUT.json]
 
 ``oov.py`` shows how the shipped segmenter loses the words it never saw in
@@ -34,12 +34,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import spacy
 import typer
-from script_cli import run_app, script_app
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from spacy.util import minibatch
 
+from crf_project.script_cli import run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import read_word_set
 from spacy_crf.files import write_json_atomic
@@ -330,7 +330,3 @@ def oov_probes_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """User words on unseen words: the segmentation of a few dev sentences before and after.
 
-    python scripts/user_words.py MODEL DEV.spacy [--words TRAIN.spacy] [--n-words 5] \
+    python crf_project user-words MODEL DEV.spacy [--words TRAIN.spacy] [--n-words 5] \
         [--mode force|prior] [--weight W] [--per-word 2] [--limit N] [--output OUT.json]
 
 MODEL is a pipeline with a ``bmes`` segmenter (its merge step is left out:
@@ -27,6 +27,7 @@ from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from crf_project.script_cli import script_app
 from spacy_crf.corpora import read_word_set
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.crf_tagger import CRFTagger
@@ -158,6 +159,10 @@ def print_result(result: Dict) -> None:
     )
 
 
+app = script_app()
+
+
+@app.command()
 def main(
     model: Path = typer.Argument(..., help="Pipeline directory with a bmes segmenter", exists=True),
     data: Path = typer.Argument(..., help="Dev .spacy file of word-tokenized docs", exists=True),
@@ -197,7 +202,3 @@ def main(
             output,
             {"model": str(model), "data": str(data), "words": str(words) if words else None, "limit": limit, **result},
         )
-
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -1,6 +1,6 @@
 """Softmax versus CRF versus span NER heads on one encoder, corpus and budget, over seeds.
 
-    python scripts/heads_report.py --out ROOT [--corpus cluener] [--eval-limit N] [--readme README.md]
+    python crf_project heads-report --out ROOT [--corpus cluener] [--eval-limit N]
 
 The `ner-heads` workflow trains, per seed, into
 ``ROOT/training/heads/CORPUS/seed<N>/``:
@@ -19,13 +19,13 @@ evaluation split of CORPUS:
 * ``mentions_f``: every gold mention, nested ones included
   (``doc.spans["mentions"]``), against what the head predicts: the span
   group for the span head (overlaps allowed), ``doc.ents`` for the taggers;
-* chars/s of ``nlp.pipe`` (batch 128, one process, after a warm-up batch).
+* the speed of ``nlp.pipe`` in chars/s
+  (batch 128, one process, after a warm-up batch).
 
 It writes ``ROOT/metrics/ner_heads_CORPUS.json`` and ``.md`` (mean ±
 half-range over the seeds found, per-label F of the best head, training
 seconds and chars/s per head, and the published BERT-base figures for
-CLUENER) and with ``--readme`` puts the tables between the
-``<!-- NER_HEADS -->`` markers of that README.
+CLUENER).
 """
 
 from pathlib import Path
@@ -35,15 +35,15 @@ from typing import Dict, List
 import spacy
 import srsly
 import typer
-from compare_report import dev_curve
-from evaluate import predict_docs, read_docbin
-from readme_block import replace_block
-from script_cli import run_app, script_app
-from seed_report import cell, eval_limit_option, out_option, profile_option, readme_option, report_inputs
 from spacy.scorer import Scorer, get_ner_prf
 from spacy.training import Example
 
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from crf_project.compare_report import dev_curve
+from crf_project.evaluate import predict_docs, read_docbin
+from crf_project.results import write_table
+from crf_project.script_cli import run_app, script_app
+from crf_project.seed_report import cell, eval_limit_option, out_option, profile_option, report_inputs
+from spacy_crf.files import write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.plots import finish_axes, save_figure, subplots
 
@@ -158,7 +158,6 @@ def heads_report_cli(
     out: str = out_option(),
     corpus: str = typer.Option("cluener", "--corpus"),
     eval_limit: int = eval_limit_option(),
-    readme: str = readme_option(),
     profile: str = profile_option(),
 ) -> None:
     manifest, seed_dirs = report_inputs(
@@ -203,15 +202,9 @@ def heads_report_cli(
         f"\n\nDev curves (the docs scored while training, one line per seed): "
         f"[`metrics/{plot.name}`](metrics/{plot.name})."
     )
-    write_text_atomic(metrics / f"ner_heads_{corpus}.md", table + "\n")
+    write_table(metrics / f"ner_heads_{corpus}.md", table)
     print(table)
-    if readme and profile != "smoke":  # smoke runs never touch the committed README
-        replace_block(Path(readme), "NER_HEADS", table)
 
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Run ``spacy train`` and record how long it took and on what hardware.
 
-    python scripts/train.py CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
+    python crf_project train CONFIG OUTPUT_DIR --encoder ENC --out ROOT [--reuse DIR] [spacy train overrides...]
 
 The config is the recipe: this script adds no training setting of its own.
 The ``spacy train`` it runs is ``spacy train CONFIG --output OUTPUT_DIR
@@ -60,9 +60,10 @@ from typing import Any, Dict, List, Optional
 
 import srsly
 import typer
-from fetch_assets import md5
-from script_cli import choice_option, run_app, script_app
 
+from crf_project.fetch_assets import md5
+from crf_project.paths import to_ship as project_path
+from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.files import write_json_atomic
 from spacy_crf.hardware import hardware
 
@@ -176,8 +177,21 @@ def _same(current: Any, value: Any) -> bool:
     return type(current) is type(value) and current == value
 
 
+def same_paths(recipe_: Dict[str, Any]) -> Dict[str, Any]:
+    """A recipe written before paths were made project-relative (always from
+    the ship project's folder, so only ``./`` differs) in today's form."""
+    norm = lambda item: os.path.normpath(item) if "/" in item else item  # noqa: E731
+    return {
+        **recipe_,
+        **{key: norm(recipe_[key]) for key in ("config", "encoder", "code") if isinstance(recipe_.get(key), str)},
+        "overrides": [norm(item) for item in recipe_.get("overrides", [])],
+        "files": {norm(name): digest for name, digest in recipe_.get("files", {}).items()},
+    }
+
+
 def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[str]) -> Dict[str, Any]:
-    """Everything that decides the trained model, except the output paths."""
+    """Everything that decides the trained model, except the output paths;
+    paths relative to the ship project's folder, wherever the run started."""
     kept: List[str] = []
     skip = False
     for item in overrides:
@@ -193,14 +207,22 @@ def recipe(config: str, encoder: str, gpu_id: int, code: str, overrides: List[st
     if encoder_config.is_file():
         # the layer count of a cut encoder lives here, not in its path
         files[str(encoder_config)] = md5(encoder_config)
-    return {"config": config, "encoder": encoder, "gpu_id": gpu_id, "code": code, "overrides": kept, "files": files}
+    return {
+        "config": project_path(config),
+        "encoder": project_path(encoder),
+        "gpu_id": gpu_id,
+        "code": project_path(code) if code else code,
+        "overrides": [project_path(item) for item in kept],
+        "files": {project_path(name): digest for name, digest in files.items()},
+    }
 
 
 def reusable(source: Path, wanted: Dict[str, Any]) -> bool:
     meta = source / "train_meta.json"
     if not (source / "model-best").is_dir() or not meta.is_file():
         return False
-    return srsly.read_json(meta).get("recipe") == wanted
+    stored = srsly.read_json(meta).get("recipe")
+    return isinstance(stored, dict) and same_paths(stored) == wanted
 
 
 ALLOCATORS = ("auto", "jemalloc", "glibc")
@@ -337,7 +359,3 @@ def train_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

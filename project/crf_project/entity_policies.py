@@ -1,6 +1,6 @@
 """What each way of reconciling words and entities costs, from one run of a joint model.
 
-    python scripts/entity_policies.py training/joint/model-best \
+    python crf_project entity-policies training/joint/model-best \
         corpus/sxu/dev.spacy corpus/msra/dev.spacy [--limit N] [--output OUT.json]
 
 The segmenter and the NER model disagree where an entity boundary falls inside
@@ -28,10 +28,10 @@ from typing import Dict, List, Optional, Tuple
 
 import spacy
 import typer
-from script_cli import run_app, script_app
 from spacy.scorer import PRFScore
 from spacy.tokens import Doc, DocBin
 
+from crf_project.script_cli import run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.merge_words import merge_words
@@ -143,7 +143,3 @@ def entity_policies_cli(
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

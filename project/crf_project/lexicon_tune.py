@@ -1,6 +1,6 @@
 """Tune the weight of the segmenter's lexicon on dev data.
 
-    python scripts/lexicon_tune.py MODEL DEV.spacy --words TRAIN.spacy --lexicon lexicon/words.txt \
+    python crf_project lexicon-tune MODEL DEV.spacy --words TRAIN.spacy --lexicon lexicon/words.txt \
         [--weights 0,0.5,1,1.25,1.5,2,3] [--limit N] --output metrics/lexicon.json
 
 MODEL's ``bmes`` segmenter decodes DEV (word-tokenized docs) once per
@@ -19,14 +19,15 @@ from typing import Dict, List, Sequence, Set
 
 import srsly
 import typer
-from oov_probes import find_segmenter, load_inputs, with_words
-from script_cli import run_app, script_app
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import minibatch
 from tqdm import tqdm
 
+from crf_project.oov_probes import find_segmenter, load_inputs, with_words
+from crf_project.results import write_table
+from crf_project.script_cli import run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.files import write_json_atomic
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
@@ -149,16 +150,12 @@ def lexicon_tune_cli(
         f"{result['docs']:,} docs)"
     )
     write_json_atomic(output, result)
-    output.with_suffix(".md").write_text(
+    write_table(
+        output.with_suffix(".md"),
         f"Lexicon weight on {data} ({result['docs']:,} docs; {len(lexicon):,} lexicon words; "
-        f"model {model}); chosen: the highest word F.\n\n{text}\n",
-        encoding="utf-8",
+        f"model {model}); chosen: the highest word F.\n\n{text}",
     )
 
 
 def main() -> None:
     run_app(app)
-
-
-if __name__ == "__main__":
-    main()

