@@ -242,7 +242,6 @@ def merge_words(
     # the merged tokens' character offsets: those of their first and last characters
     token_start, token_end = char_start[starts[:-1]], char_end[starts[1:] - 1]
     for key, name, attrs, rows in groups:
-        rows = rows.copy()
         rows[:, :2] = new_index[bounds[key]]
         merged.spans[key] = span_group(merged, name, attrs, rows)
     if keep_words:
