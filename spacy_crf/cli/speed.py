@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Sequence
 import typer
 from wasabi import msg
 
+from ..batching import DEFAULT_SORT_BUFFER
 from ._app import app, check_option
 
 
@@ -220,7 +221,9 @@ def speed_cli(
         False, "--peers", help="Also time the installed peer segmenters (jieba, pkuseg, thulac)"
     ),
     sort_buffer: int = typer.Option(
-        0, "--sort-buffer", help="Feed texts sorted by length within this many batches (0: in file order)"
+        DEFAULT_SORT_BUFFER,
+        "--sort-buffer",
+        help="Feed texts sorted by length within this many batches (0: in file order)",
     ),
     # fmt: on
 ) -> None:
