@@ -200,6 +200,27 @@ def test_local_engine_gives_what_nlp_pipe_gives_for_every_format(pipeline_dir, c
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray Data's own, on its context
+def test_length_sorted_batches_give_the_same_records_in_input_order(pipeline_dir, corpus, tmp_path):
+    """--sort-buffer: the texts go through the pipeline sorted by length in
+    chunks of several batches; every record is the same, in the same order."""
+    plain = annotate(str(pipeline_dir), str(corpus), str(tmp_path / "plain"), batch_size=2, progress=False)
+    for sort_buffer, n_process in ((1, 1), (3, 1), (3, 2)):
+        out = tmp_path / f"sorted-{sort_buffer}-{n_process}"
+        summary = annotate(
+            str(pipeline_dir),
+            str(corpus),
+            str(out),
+            batch_size=2,
+            sort_buffer=sort_buffer,
+            n_process=n_process,
+            progress=False,
+        )
+        assert outputs(out) == outputs(tmp_path / "plain")
+        assert summary["docs"] == plain["docs"] and summary["chars"] == plain["chars"]
+    with pytest.raises(AnnotateError, match="sort_buffer must be"):
+        annotate(str(pipeline_dir), str(corpus), str(tmp_path / "bad"), sort_buffer=-1, progress=False)
+
+
 def test_ray_engine_gives_identical_records_and_errors(ray_session, pipeline_dir, expected, tmp_path):
     bad = tmp_path / "in"
     write_corpus(bad)
@@ -216,6 +237,15 @@ def test_ray_engine_gives_identical_records_and_errors(ray_session, pipeline_dir
     assert [r["text"] for r in got_ray["f.jsonl"]] == ["张三", "上海"]
     for r in (r for rs in got_ray.values() for r in rs if r["text"] in expected):
         assert (r["words"], [{k: e[k] for k in ("start", "end", "label")} for e in r["ents"]]) == expected[r["text"]]
+
+
+def test_ray_engine_sorts_the_same_chunks_as_the_local_engine(ray_session, pipeline_dir, corpus, tmp_path):
+    common = dict(batch_size=2, sort_buffer=3, progress=False)
+    annotate(str(pipeline_dir), str(corpus / "c.jsonl"), str(tmp_path / "local.jsonl"), **common)
+    annotate(str(pipeline_dir), str(corpus / "c.jsonl"), str(tmp_path / "ray.jsonl"), engine="ray", **common)
+    annotate(str(pipeline_dir), str(corpus / "c.jsonl"), str(tmp_path / "plain.jsonl"), progress=False)
+    assert read_output(tmp_path / "ray.jsonl") == read_output(tmp_path / "local.jsonl")
+    assert read_output(tmp_path / "ray.jsonl") == read_output(tmp_path / "plain.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -347,6 +377,8 @@ def test_command_line(pipeline_dir, tmp_path):
     said = " ".join(result.output.split())
     assert "1 docs" in said and "skipped records: 1" in said
     assert [r["text"] for r in read_output(tmp_path / "out" / "x.parquet")] == ["张三去上海"]
+    result = runner.invoke(app, args + ["--sort-buffer", "-1"])
+    assert result.exit_code == 2 and "--sort-buffer" in result.output
 
 
 def test_a_missing_pipeline_or_input_fails_early(tmp_path):

@@ -61,6 +61,13 @@ def test_texts_timing_and_breakdown(tmp_path):
     assert all(s >= 0 for s in seconds.values())
 
 
+def test_speed_times_length_sorted_batches(tmp_path):
+    nlp, _, texts = _pipeline(tmp_path)
+    assert chars_per_second(nlp, texts, batch_size=2, n_process=1, repeats=1, sort_buffer=2) > 0
+    seconds = component_seconds(nlp, texts, batch_size=2, sort_buffer=2)
+    assert list(seconds) == ["tokenizer", "crf_segmenter"]
+
+
 def test_speed_writes_json(tmp_path):
     _, path, texts = _pipeline(tmp_path)
     out = tmp_path / "speed.json"
@@ -104,6 +111,7 @@ def _speed(args):
         (["--n-process", "0"], "--n-process"),
         (["--repeats", "0"], "--repeats"),
         (["--limit", "-1"], "--limit"),
+        (["--sort-buffer", "-1"], "--sort-buffer"),
     ],
 )
 def test_speed_rejects_invalid_numbers(tmp_path, args, option):

@@ -12,7 +12,8 @@ Both engines run the same code on the same batches (``shard_chunks``:
   actor pool (``workers`` actors, each loading the pipeline once, with
   ``cpus_per_worker`` torch threads and optionally a GPU) annotates them with
   ``map_batches``. A Ray row is a packed chunk of ``batch_size`` rows of
-  one shard, exactly the batch the local engine gives ``nlp.pipe`` with
+  one shard (``sort_buffer`` batches of them when sorting by length),
+  exactly the chunk the local engine gives ``nlp.pipe`` with
   ``n_process=1``, and a block is one chunk: the pool balances chunks, not
   shards, and results stream back chunk by chunk. The driver iterates the result with ``preserve_order`` and
   writes each shard itself (one output per input shard, counts checked,
@@ -32,6 +33,7 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from ..batching import pipe_sorted
 from .io import AnnotateError, dumps, read_rows
 from .pieces import DEFAULT_MAX_CHARS, join_annotations, join_docs, piece_bounds
 from .records import add_confidence, annotations, words_key
@@ -82,12 +84,15 @@ def annotate_rows(
     confidence: bool = False,
     fmt: str = "jsonl",
     max_chars: int = DEFAULT_MAX_CHARS,
+    sort_buffer: int = 0,
 ) -> Iterator[Dict[str, Any]]:
     """Annotated rows, in input order: every row comes back, the "doc" rows
     with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
     (the doc's bytes), and ``cuts`` (JSON counts by kind) when the text was
     longer than ``max_chars`` and annotated in pieces (see ``pieces``). Other
-    rows pass through an empty doc, so that they keep their place in the stream."""
+    rows pass through an empty doc, so that they keep their place in the stream.
+    ``sort_buffer``: texts go through the pipeline sorted by length within
+    this many batches (:func:`spacy_crf.batching.pipe_sorted`; 0: in order)."""
     key = words_key(nlp)
     # The rows wait here, and only their number travels with each text (with
     # n_process > 1 a context is pickled to a worker and back): a record cut
@@ -106,7 +111,8 @@ def annotate_rows(
                 yield row["text"][start:end], (seq, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
 
     parts: List[Tuple[int, Any]] = []
-    for doc, (seq, k, n, cuts) in nlp.pipe(texts(), as_tuples=True, batch_size=batch_size, n_process=n_process):
+    docs = pipe_sorted(nlp, texts(), batch_size=batch_size, buffer=sort_buffer, n_process=n_process, as_tuples=True)
+    for doc, (seq, k, n, cuts) in docs:
         if n > 1:
             parts.append((len(parts[-1][1].text) + parts[-1][0] if parts else 0, doc))
             if k < n - 1:
@@ -169,6 +175,19 @@ def shard_chunks(
             chunk = []
     if chunk:
         yield chunk
+
+
+def chunk_rows(batch_size: int, sort_buffer: int) -> int:
+    """Rows per chunk: one batch, or ``sort_buffer`` batches sorted by length."""
+    return batch_size * max(1, sort_buffer)
+
+
+def chunk_batching(chunk: List[Dict[str, Any]], batch_size: int, sort_buffer: int) -> Dict[str, int]:
+    """How ``annotate_rows`` batches a chunk: unsorted, as one batch (however
+    many pieces its long records make); sorted, in batches of ``batch_size``."""
+    if sort_buffer:
+        return {"batch_size": batch_size, "sort_buffer": sort_buffer}
+    return {"batch_size": max(1, len(chunk)), "sort_buffer": 0}
 
 
 class Terminated(BaseException):
@@ -249,6 +268,7 @@ def local_stream(
     gpu: bool = False,
     stop_on_error: bool = False,
     max_chars: int = DEFAULT_MAX_CHARS,
+    sort_buffer: int = 0,
     **_,
 ) -> Iterator[Dict[str, Any]]:
     """``stop_on_error``: read no further than the first bad record, so that the
@@ -263,7 +283,7 @@ def local_stream(
     nlp = load_pipeline(pipeline, confidence, gpu)
     with workers_stop_on_signal(n_process > 1):
         yield from _local_rows(
-            nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error, max_chars
+            nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error, max_chars, sort_buffer
         )
 
 
@@ -278,19 +298,32 @@ def _local_rows(
     fmt: str,
     stop_on_error: bool,
     max_chars: int,
+    sort_buffer: int = 0,
 ) -> Iterator[Dict[str, Any]]:
     if n_process > 1:  # spaCy's own batches run across shard ends
         # a shard that cannot be read comes as a "fatal" row, not an exception:
         # raised inside nlp.pipe, it would leave the workers blocked on their pipes
         rows = _until_error(shard_rows(shards, text_key, id_key), ("fatal", "error") if stop_on_error else ("fatal",))
         yield from annotate_rows(
-            nlp, rows, batch_size=batch_size, n_process=n_process, confidence=confidence, fmt=fmt, max_chars=max_chars
+            nlp,
+            rows,
+            batch_size=batch_size,
+            n_process=n_process,
+            confidence=confidence,
+            fmt=fmt,
+            max_chars=max_chars,
+            sort_buffer=sort_buffer,
         )
         return
     for i, path, name in shards:
-        for chunk in shard_chunks(path, i, name, text_key, id_key, batch_size):
+        for chunk in shard_chunks(path, i, name, text_key, id_key, chunk_rows(batch_size, sort_buffer)):
             yield from annotate_rows(
-                nlp, chunk, batch_size=len(chunk), confidence=confidence, fmt=fmt, max_chars=max_chars
+                nlp,
+                chunk,
+                confidence=confidence,
+                fmt=fmt,
+                max_chars=max_chars,
+                **chunk_batching(chunk, batch_size, sort_buffer),
             )
             if stop_on_error and any(row["kind"] == "error" for row in chunk):
                 return

@@ -6,7 +6,8 @@ shard streams its rows in chunks (``read_rows``, so a bad record is reported
 with its file and line exactly as locally); an actor pool (``workers``
 actors, each loading the pipeline once, with ``cpus_per_worker`` torch
 threads and optionally a GPU) annotates them with ``map_batches``. A Ray row
-is a packed chunk of ``batch_size`` rows of one shard, and a block is one
+is a packed chunk of ``batch_size`` rows of one shard (``batch_size`` times
+``sort_buffer`` rows when sorting by length), and a block is one
 chunk: the pool balances chunks, not shards, and results stream back chunk
 by chunk, in order (``preserve_order``).
 """
@@ -15,7 +16,16 @@ import logging
 import os
 from typing import Any, Dict, Iterator, Optional, Sequence
 
-from .engines import Shard, annotate_rows, fatal_row, load_pipeline, set_threads, shard_chunks
+from .engines import (
+    Shard,
+    annotate_rows,
+    chunk_batching,
+    chunk_rows,
+    fatal_row,
+    load_pipeline,
+    set_threads,
+    shard_chunks,
+)
 from .io import AnnotateError
 from .pieces import DEFAULT_MAX_CHARS
 
@@ -64,7 +74,15 @@ class RayAnnotator:
     """One actor of the pool: loads the pipeline once, annotates chunks."""
 
     def __init__(
-        self, pipeline, confidence: bool, fmt: str, threads: int, gpu: bool, max_chars: int = DEFAULT_MAX_CHARS
+        self,
+        pipeline,
+        confidence: bool,
+        fmt: str,
+        threads: int,
+        gpu: bool,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        batch_size: int = 64,
+        sort_buffer: int = 0,
     ) -> None:
         import spacy_crf  # noqa: F401  (registers the factories in the worker)
 
@@ -73,6 +91,7 @@ class RayAnnotator:
         self.confidence = confidence
         self.fmt = fmt
         self.max_chars = max_chars
+        self.batch_size, self.sort_buffer = batch_size, sort_buffer
         _, self.schema = _schemas()
 
     def __call__(self, batch):
@@ -84,10 +103,10 @@ class RayAnnotator:
                 annotate_rows(
                     self.nlp,
                     packed,
-                    batch_size=max(1, len(packed)),
                     confidence=self.confidence,
                     fmt=self.fmt,
                     max_chars=self.max_chars,
+                    **chunk_batching(packed, self.batch_size, self.sort_buffer),
                 )
             )
             out.append({"rows": rows})
@@ -109,6 +128,7 @@ def ray_stream(
     fmt: str = "jsonl",
     progress: bool = True,
     max_chars: int = DEFAULT_MAX_CHARS,
+    sort_buffer: int = 0,
     **_,
 ) -> Iterator[Dict[str, Any]]:
     try:
@@ -159,7 +179,7 @@ def ray_stream(
             batch_format="pyarrow",
             num_cpus=0,
             concurrency=max(1, workers // WORKERS_PER_READER),
-            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": batch_size},
+            fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": chunk_rows(batch_size, sort_buffer)},
         )
         ds = ds.map_batches(
             RayAnnotator,
@@ -170,6 +190,8 @@ def ray_stream(
                 "threads": max(1, int(cpus_per_worker)),
                 "gpu": gpus_per_worker > 0,
                 "max_chars": max_chars,
+                "batch_size": batch_size,
+                "sort_buffer": sort_buffer,
             },
             batch_size=1,
             batch_format="pyarrow",

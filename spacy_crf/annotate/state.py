@@ -42,11 +42,13 @@ def check_options(
     cpus_per_worker: Any,
     gpus_per_worker: Any,
     max_chars: Any = 1,
+    sort_buffer: Any = 0,
 ) -> None:
     """Raise ``AnnotateError`` naming the first option out of range."""
     checks = [
         ("batch_size", batch_size, 1, True),
         ("max_chars", max_chars, 1, True),
+        ("sort_buffer", sort_buffer, 0, True),
         ("n_process", n_process, 1, True),
         ("threads", threads, 1, True),
         ("workers", workers, 1, True),

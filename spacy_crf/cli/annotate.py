@@ -9,6 +9,7 @@ import typer
 from wasabi import msg
 
 from ..annotate.pieces import DEFAULT_MAX_CHARS
+from ..batching import DEFAULT_SORT_BUFFER
 from ._app import app, check_option
 
 
@@ -34,6 +35,11 @@ def annotate_cli(
         DEFAULT_MAX_CHARS,
         "--max-chars",
         help="Annotate a longer record in pieces of at most this many characters, cut at sentence ends where possible, and write it whole (>= 1)",
+    ),
+    sort_buffer: int = typer.Option(
+        DEFAULT_SORT_BUFFER,
+        "--sort-buffer",
+        help="Feed the pipeline texts sorted by length within this many batches, records still in input order (0: input order)",
     ),
     threads: Optional[int] = typer.Option(
         None, "--threads", help="local: torch threads per process (default: all cores / --n-process when > 1)"
@@ -88,6 +94,7 @@ def annotate_cli(
     for option, value, minimum in [
         ("--batch-size", batch_size, 1),
         ("--max-chars", max_chars, 1),
+        ("--sort-buffer", sort_buffer, 0),
         ("--n-process", n_process, 1),
         ("--workers", workers, 1),
         ("--cpus-per-worker", cpus_per_worker, 0),
@@ -118,6 +125,7 @@ def annotate_cli(
             on_error=on_error,
             progress=progress,
             max_chars=max_chars,
+            sort_buffer=sort_buffer,
         )
     except (AnnotateError, OSError) as err:
         msg.fail(str(err), exits=1)

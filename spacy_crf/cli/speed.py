@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Sequence
 import typer
 from wasabi import msg
 
+from ..batching import DEFAULT_SORT_BUFFER
 from ._app import app, check_option
 
 
@@ -52,7 +53,9 @@ def load_texts(paths: Sequence[str], limit: int) -> List[str]:
     return texts
 
 
-def check_speed_options(*, limit: int, batch_sizes: Sequence[int], n_process: Sequence[int], repeats: int) -> None:
+def check_speed_options(
+    *, limit: int, batch_sizes: Sequence[int], n_process: Sequence[int], repeats: int, sort_buffer: int = 0
+) -> None:
     """Raise :class:`SpeedError` naming the setting for an invalid value."""
     for name, values in (("batch_sizes", batch_sizes), ("n_process", n_process)):
         if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
@@ -61,25 +64,38 @@ def check_speed_options(*, limit: int, batch_sizes: Sequence[int], n_process: Se
         raise SpeedError(f"repeats must be an integer >= 1, got {repeats!r}")
     if not isinstance(limit, int) or limit < 0:
         raise SpeedError(f"limit must be an integer >= 0 (0: all docs), got {limit!r}")
+    if not isinstance(sort_buffer, int) or isinstance(sort_buffer, bool) or sort_buffer < 0:
+        raise SpeedError(f"sort_buffer must be an integer >= 0 (0: no sorting), got {sort_buffer!r}")
 
 
-def chars_per_second(nlp, texts: List[str], batch_size: int, n_process: int, repeats: int) -> float:
-    """Median chars/s of ``nlp.pipe`` over ``repeats`` passes, after one untimed warm-up batch."""
+def chars_per_second(
+    nlp, texts: List[str], batch_size: int, n_process: int, repeats: int, sort_buffer: int = 0
+) -> float:
+    """Median chars/s of ``nlp.pipe`` over ``repeats`` passes, after one
+    untimed warm-up batch; with ``sort_buffer``, of
+    :func:`spacy_crf.batching.pipe_sorted` with that buffer."""
+    from ..batching import pipe_sorted
+
     list(nlp.pipe(texts[:batch_size], batch_size=batch_size))  # warm-up: lazy init, allocations
     n_chars = sum(map(len, texts))
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        for _doc in nlp.pipe(texts, batch_size=batch_size, n_process=n_process):
+        for _doc in pipe_sorted(nlp, texts, batch_size=batch_size, buffer=sort_buffer, n_process=n_process):
             pass
         rates.append(n_chars / (time.perf_counter() - start))
     return statistics.median(rates)
 
 
-def component_seconds(nlp, texts: List[str], batch_size: int) -> Dict[str, float]:
-    """Seconds spent in the tokenizer and in each pipe, over all ``texts``."""
+def component_seconds(nlp, texts: List[str], batch_size: int, sort_buffer: int = 0) -> Dict[str, float]:
+    """Seconds spent in the tokenizer and in each pipe, over all ``texts``
+    (with ``sort_buffer``, in the batches :func:`~spacy_crf.batching.pipe_sorted` makes)."""
     from spacy.util import minibatch
 
+    from ..batching import sorted_buffers
+
+    if sort_buffer:
+        texts = [text for _, entries in sorted_buffers(texts, sort_buffer * batch_size, len) for _, text in entries]
     seconds = {"tokenizer": 0.0, **{name: 0.0 for name in nlp.pipe_names}}
     for batch in minibatch(texts, size=batch_size):
         start = time.perf_counter()
@@ -101,6 +117,7 @@ def measure_speed(
     n_process: Sequence[int] = (1, 2),
     repeats: int = 3,
     peers: bool = False,
+    sort_buffer: int = 0,
 ) -> Dict[str, Any]:
     """Load ``pipeline`` (a directory or package name), time it on the texts of
     ``data`` and print tables; returns what :func:`speed_cli` writes as JSON.
@@ -110,7 +127,9 @@ def measure_speed(
 
     from ..hardware import hardware
 
-    check_speed_options(limit=limit, batch_sizes=batch_sizes, n_process=n_process, repeats=repeats)
+    check_speed_options(
+        limit=limit, batch_sizes=batch_sizes, n_process=n_process, repeats=repeats, sort_buffer=sort_buffer
+    )
     texts = load_texts(data, limit)
     # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -123,7 +142,7 @@ def measure_speed(
     runs = []
     for processes in n_process:
         for batch_size in batch_sizes:
-            rate = chars_per_second(nlp, texts, batch_size, processes, repeats)
+            rate = chars_per_second(nlp, texts, batch_size, processes, repeats, sort_buffer)
             runs.append({"n_process": processes, "batch_size": batch_size, "chars_per_s": round(rate, 1)})
             msg.text(f"n_process={processes} batch_size={batch_size}: {rate:,.0f} chars/s")
     msg.table(
@@ -131,7 +150,7 @@ def measure_speed(
         header=("n_process", "batch_size", "chars/s"),
         divider=True,
     )
-    seconds = component_seconds(nlp, texts, batch_sizes[-1])
+    seconds = component_seconds(nlp, texts, batch_sizes[-1], sort_buffer)
     total = sum(seconds.values())
     msg.table(
         [(name, f"{s / n_chars * 1000:.3f}", f"{100 * s / total:.1f}%") for name, s in seconds.items()],
@@ -148,6 +167,7 @@ def measure_speed(
         "texts": len(texts),
         "chars": n_chars,
         "repeats": repeats,
+        "sort_buffer": sort_buffer,
         "runs": runs,
         "seconds_per_1k_chars": {name: round(s / n_chars * 1000, 4) for name, s in seconds.items()},
         **extra,
@@ -200,6 +220,11 @@ def speed_cli(
     peers: bool = typer.Option(
         False, "--peers", help="Also time the installed peer segmenters (jieba, pkuseg, thulac)"
     ),
+    sort_buffer: int = typer.Option(
+        DEFAULT_SORT_BUFFER,
+        "--sort-buffer",
+        help="Feed texts sorted by length within this many batches (0: in file order)",
+    ),
     # fmt: on
 ) -> None:
     """Chars/s of a whole pipeline with nlp.pipe, and seconds per component.
@@ -210,6 +235,8 @@ def speed_cli(
     passes. The per-component breakdown uses the last batch size. With
     --peers, jieba, pkuseg and thulac (those installed) segment the same
     texts, one per call, and their chars/s is printed beside the pipeline's.
+    With --sort-buffer N, the texts go through the pipeline sorted by length
+    within each N batches, docs still in input order (spacy_crf.batching).
 
     Batch sizes, process counts and --repeats must be >= 1 and --limit >= 0;
     a missing or empty .spacy file, a pipeline that cannot be loaded and an
@@ -226,12 +253,20 @@ def speed_cli(
     sizes, processes = _ints(batch_sizes, "--batch-sizes"), _ints(n_process, "--n-process")
     check_option("--repeats", repeats, minimum=1)
     check_option("--limit", limit, minimum=0, hint="0: all docs")
+    check_option("--sort-buffer", sort_buffer, minimum=0, hint="0: no sorting")
     try:
         if output:
             inputs = [*data, pipeline] if Path(pipeline).exists() else list(data)
             check_output_paths(inputs, [output])
         result = measure_speed(
-            pipeline, data, limit=limit, batch_sizes=sizes, n_process=processes, repeats=repeats, peers=peers
+            pipeline,
+            data,
+            limit=limit,
+            batch_sizes=sizes,
+            n_process=processes,
+            repeats=repeats,
+            peers=peers,
+            sort_buffer=sort_buffer,
         )
     except (SpeedError, OutputPathError) as err:
         msg.fail(str(err), exits=1)

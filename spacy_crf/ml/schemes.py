@@ -15,7 +15,8 @@ This module is the single owner of every tag encoding and decoding in the
 package: spans -> tags (:func:`spans_to_tags`, :func:`position_tag`), tags ->
 spans with the repair rules for ill-formed sequences (:func:`tags_to_spans`,
 which reports each repair through an optional callback so that corpus
-readers can warn about them), and spaCy's BILUO tags -> a scheme's tags
+readers can warn about them; :func:`bmes_word_bounds`, the same for BMES
+tag ids in array operations), and spaCy's BILUO tags -> a scheme's tags
 (:func:`from_biluo`).
 """
 
@@ -271,3 +272,23 @@ def tags_to_spans(scheme: str, tags: Sequence[Optional[str]], on_repair: Optiona
             close(i + 1, terminated=True)
     close(len(tags))
     return spans
+
+
+def bmes_word_bounds(tag_ids: numpy.ndarray, outside: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """The words of BMES tag ids (ids into :data:`BMES_TAGS`) as arrays of
+    starts and ends: exactly ``tags_to_spans("bmes", tags)`` with ``None``
+    where ``outside`` is true (whitespace), repairs included, in array
+    operations. A word opens at a ``B``/``S`` tag or wherever no word is open
+    (the first token, after whitespace or after an ``E``/``S``), and runs to
+    the next opening or whitespace."""
+    ids = numpy.asarray(tag_ids, dtype=numpy.int64).reshape(-1)
+    outside = numpy.asarray(outside, dtype=bool).reshape(-1)
+    opens = (ids == BMES_TAGS.index("B")) | (ids == BMES_TAGS.index("S"))
+    ends_word = (ids == BMES_TAGS.index("E")) | (ids == BMES_TAGS.index("S"))
+    opens[1:] |= ends_word[:-1] | outside[:-1]
+    if len(opens):
+        opens[0] = True
+    opens &= ~outside
+    starts = numpy.flatnonzero(opens)
+    stops = numpy.append(numpy.flatnonzero(opens | outside), len(ids))
+    return starts, stops[numpy.searchsorted(stops, starts, side="right")]

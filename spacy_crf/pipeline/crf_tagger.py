@@ -57,10 +57,10 @@ from ..ml import tagger_model as crf_model
 from ..ml.schemes import (
     SchemeError,
     TransitionMask,
+    bmes_word_bounds,
     check_labels,
     check_scheme,
     make_tags,
-    tags_to_spans,
     transition_mask,
 )
 from ..ml.transitions import TransitionTable
@@ -267,20 +267,20 @@ class CRFTagger(TrainableHead):
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
         for doc, ids in zip(docs, tag_ids):
-            doc_tags = [tags[i] for i in ids]
             if self.scheme == "tag":
-                for token, tag in zip(doc, doc_tags):
-                    token.tag_ = tag
+                for token, i in zip(doc, numpy.asarray(ids).tolist()):
+                    token.tag_ = tags[i]
                 continue
             # A whitespace token is never part of a word or an entity: it
             # closes any open span (the gold treats it as unknown, decoding as outside).
-            is_space = doc.to_array(IS_SPACE).tolist() if len(doc) else []
-            seq = [None if space else tag for space, tag in zip(is_space, doc_tags)]
-            if self.scheme == "bmes":
-                spans = tags_to_spans(self.scheme, seq)
+            is_space = doc.to_array(IS_SPACE).astype(bool) if len(doc) else numpy.zeros(0, dtype=bool)
+            if self.scheme == "bmes":  # tags_to_spans in array operations (tag ids index BMES_TAGS)
+                starts, ends = bmes_word_bounds(numpy.asarray(ids), is_space)
                 key = self.cfg["spans_key"]
-                doc.spans[key] = SpanGroup(doc, name=key, spans=[Span(doc, s, e) for s, e, _ in spans])
+                words = [Span(doc, s, e) for s, e in zip(starts.tolist(), ends.tolist())]
+                doc.spans[key] = SpanGroup(doc, name=key, spans=words)
                 continue
+            seq = [None if space else tags[i] for space, i in zip(is_space.tolist(), numpy.asarray(ids).tolist())]
             forced.write_entities(doc, self.scheme, seq)
 
     def _is_initialized(self) -> bool:

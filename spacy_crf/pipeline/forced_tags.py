@@ -21,12 +21,16 @@ The CRF decodes around forced tags (``crf.viterbi``'s ``tag_mask``, a bool
   one after it ``B``/``S``, so no word crosses an entity boundary.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy
+from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Doc, Span
 
 from ..ml.schemes import OUTSIDE, position_tag, tags_to_spans
+
+# spaCy's ENT_IOB values
+_IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
 
 
 def preset_entity_tokens(doc: Doc) -> numpy.ndarray:
@@ -93,8 +97,7 @@ def write_entities(doc: Doc, scheme: str, tags: List[Optional[str]]) -> None:
     were on the doc before; the other tokens get the predicted entities or O."""
     preset = preset_entity_tokens(doc)
     if not preset.any():
-        spans = tags_to_spans(scheme, tags)
-        doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], default="outside")
+        _set_ents_outside(doc, tags_to_spans(scheme, tags))
         return
     spans = tags_to_spans(scheme, [None if preset[i] else tag for i, tag in enumerate(tags)])
     covered = preset.copy()
@@ -102,3 +105,23 @@ def write_entities(doc: Doc, scheme: str, tags: List[Optional[str]]) -> None:
         covered[s:e] = True
     outside = [Span(doc, i, i + 1) for i in numpy.flatnonzero(~covered).tolist()]
     doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], outside=outside, default="unmodified")
+
+
+def _set_ents_outside(doc: Doc, spans: List[Tuple[int, int, str]]) -> None:
+    """``doc.set_ents([Span(doc, s, e, label=label) ...], default="outside")``
+    for spans that do not overlap, through the token arrays: no ``Span``
+    object per entity. The entities' tokens get B/I, their label and no KB
+    id; every other token is O without a label; entity ids and the other
+    tokens' KB ids stay as they are, as ``set_ents`` leaves them."""
+    n = len(doc)
+    if not n:
+        return
+    rows = doc.to_array([ENT_IOB, ENT_TYPE, ENT_KB_ID]).reshape((n, 3))
+    rows[:, 0], rows[:, 1] = _IOB_OUTSIDE, 0
+    add = doc.vocab.strings.add
+    for start, end, label in spans:
+        rows[start, 0] = _IOB_BEGIN
+        rows[start + 1 : end, 0] = _IOB_INSIDE
+        rows[start:end, 1] = add(label)
+        rows[start:end, 2] = 0
+    doc.from_array([ENT_IOB, ENT_TYPE, ENT_KB_ID], rows)  # type: ignore[arg-type]  # thinc's Ints2d is nominal

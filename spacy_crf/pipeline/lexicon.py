@@ -98,17 +98,39 @@ class Lexicon:
     ) -> numpy.ndarray:
         """The prior added to ``doc``'s emission scores: float32
         ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order).
-        ``matches``: ``self.matches(doc)``, if the caller has it already."""
+        ``matches``: ``self.matches(doc)``, if the caller has it already
+        (spans of one or more tokens)."""
         columns = {tag: i for i, tag in enumerate(tags)}
         missing = [t for t in "BME" if t not in columns]
         if missing:
             raise ValueError(f"lexicon: the tags {list(tags)} lack {missing}: a lexicon needs the bmes scheme")
         bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
-        for start, end in self.matches(doc) if matches is None else matches:
-            bias[start, columns["B"]] += weight
-            bias[start + 1 : end - 1, columns["M"]] += weight
-            bias[end - 1, columns["E"]] += weight
+        found = numpy.asarray(self.matches(doc) if matches is None else matches, dtype=numpy.int64).reshape((-1, 2))
+        if not len(found):
+            return bias
+        # How many occurrences begin, continue and end at each token (M: the
+        # tokens strictly inside), then the float32 sum of that many weights,
+        # as adding the weight once per occurrence gives it.
+        n, starts, ends = len(doc), found[:, 0], found[:, 1]
+        longer = found[ends - starts >= 2]  # a one-token span has no inside
+        steps = numpy.bincount(longer[:, 0] + 1, minlength=n + 1) - numpy.bincount(longer[:, 1] - 1, minlength=n + 1)
+        inside = numpy.cumsum(steps)
+        counts = [numpy.bincount(starts, minlength=n), inside[:n], numpy.bincount(ends - 1, minlength=n)]
+        sums = _repeated_sums(weight, max(int(c.max()) for c in counts))
+        for tag, count in zip("BME", counts):
+            bias[:, columns[tag]] = sums[count]
         return bias
+
+
+def _repeated_sums(weight: float, most: int) -> numpy.ndarray:
+    """float32 ``[most + 1]``: ``k`` times ``weight`` added to 0, one at a
+    time, as ``bias[i] += weight`` adds it (the same rounding)."""
+    sums = numpy.zeros(most + 1, dtype="float32")
+    total = numpy.zeros(1, dtype="float32")
+    for k in range(1, most + 1):
+        total += weight
+        sums[k] = total[0]
+    return sums
 
 
 def _runs(doc: Doc):

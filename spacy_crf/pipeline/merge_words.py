@@ -54,7 +54,6 @@ The component has no state besides its config, so it survives
 ``nlp.to_disk``/``spacy.load`` and ``nlp.pipe(..., n_process=2)``.
 """
 
-from itertools import chain
 from typing import List, Tuple
 
 import numpy
@@ -74,10 +73,11 @@ from spacy.attrs import (
     TAG,
 )
 from spacy.language import Language
-from spacy.tokens import Doc, Span, SpanGroup
+from spacy.tokens import Doc, SpanGroup
 
 from .._compat import copy_doc_private_fields
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
+from .span_arrays import char_offsets, entity_rows, span_group, span_rows, with_char_offsets
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
@@ -208,49 +208,49 @@ def merge_words(
     _check_doc(doc, spans_key, keep_words, unaligned_ents_key, component)
     n = len(doc)
     # Every span group as rows (start, end, label, kb_id, id), words included.
-    groups = [(key, group.name, dict(group.attrs), _span_rows(group)) for key, group in doc.spans.items()]
+    groups = [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()]
     bounds = {key: rows[:, :2].astype(numpy.int64) for key, _, _, rows in groups}
-    ents = list(doc.ents)
-    ent_bounds = numpy.array([(e.start, e.end) for e in ents], dtype=numpy.int64).reshape((len(ents), 2))
+    # Entity annotation per character token, and the entities as rows
+    # (start, end, label, kb_id, id): read from arrays, as doc.ents builds a
+    # Span per entity and reads every token through Python.
+    ent_rows = doc.to_array(_ENT_ATTRS).reshape((n, len(_ENT_ATTRS)))
+    ents = entity_rows(doc, ent_rows)
+    ent_bounds = ents[:, :2].astype(numpy.int64)
     cut = _token_starts(doc, spans_key, bounds, ent_bounds, keep_words, component)
     starts = numpy.flatnonzero(cut)  # first character token of each new token, then n
     n_new = len(starts) - 1
     aligned = cut[ent_bounds[:, 0]] & cut[ent_bounds[:, 1]]
-    unaligned = [ent for ent, ok in zip(ents, aligned.tolist()) if not ok]
-    if n_new == n and not unaligned:  # nothing to merge
+    if n_new == n and aligned.all():  # nothing to merge
         if keep_words:
             doc.spans[unaligned_ents_key] = SpanGroup(doc, name=unaligned_ents_key, attrs={CHAR_OFFSETS: []})
         return doc
     # new_index[i]: the new token that holds character token i (new_index[n]:
     # n_new). Span boundaries map through it, as each is a token start or n.
     new_index = numpy.append(numpy.repeat(numpy.arange(n_new), numpy.diff(starts)), n_new)
-    # Entity annotation per character token; under keep_words the characters
-    # of unaligned entities become "O" (their entities move to the group).
-    ent_rows = doc.to_array(_ENT_ATTRS).reshape((n, len(_ENT_ATTRS)))
-    for ent in unaligned:
-        ent_rows[ent.start : ent.end] = (_IOB_O, 0, 0, 0)
-    unaligned_rows = [
-        (int(new_index[e.start]), int(new_index[e.end - 1]) + 1, e.label, e.kb_id, e.id, [e.start_char, e.end_char])
-        for e in unaligned
-    ]
-    ents_before = [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e, ok in zip(ents, aligned.tolist()) if ok]
+    char_start, char_end = char_offsets(doc)
+    # under keep_words the characters of unaligned entities become "O" (their
+    # entities move to the group)
+    unaligned = ents[~aligned]
+    for start, end in ent_bounds[~aligned].tolist():
+        ent_rows[start:end] = (_IOB_O, 0, 0, 0)
+    offsets_before = with_char_offsets(ents[aligned], char_start, char_end)
     if via_retokenizer or doc.has_annotation("DEP"):
         merged = _merge_in_place(doc, starts)
     else:
         merged = _merge_into_new_doc(doc, starts)
     merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))  # type: ignore[arg-type]
-    _copy_span_groups(merged, groups, bounds, new_index)
+    # the merged tokens' character offsets: those of their first and last characters
+    token_start, token_end = char_start[starts[:-1]], char_end[starts[1:] - 1]
+    for key, name, attrs, rows in groups:
+        rows[:, :2] = new_index[bounds[key]]
+        merged.spans[key] = span_group(merged, name, attrs, rows)
     if keep_words:
-        merged.spans[unaligned_ents_key] = SpanGroup(
-            merged,
-            name=unaligned_ents_key,
-            attrs={CHAR_OFFSETS: [offsets for *_, offsets in unaligned_rows]},
-            spans=[
-                Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id)
-                for s, e, label, kb_id, span_id, _ in unaligned_rows
-            ],
-        )
-    if [(e.start_char, e.end_char, e.label_, e.kb_id_, e.id_) for e in merged.ents] != ents_before:
+        moved = unaligned.copy()
+        moved[:, 0], moved[:, 1] = new_index[unaligned[:, 0]], new_index[unaligned[:, 1] - 1] + 1
+        offsets = with_char_offsets(unaligned, char_start, char_end)[:, :2].tolist()
+        merged.spans[unaligned_ents_key] = span_group(merged, unaligned_ents_key, {CHAR_OFFSETS: offsets}, moved)
+    merged_ents = entity_rows(merged, merged.to_array(_ENT_ATTRS).reshape((n_new, len(_ENT_ATTRS))))
+    if not numpy.array_equal(with_char_offsets(merged_ents, token_start, token_end), offsets_before):
         raise RuntimeError(f"[{component}] merging words changed the entities of {doc.text[:30]!r}")  # pragma: no cover
     return merged
 
@@ -300,26 +300,6 @@ def _token_starts(
         space_before[1:] = layout[:-1, 0] | layout[:-1, 1]
         cut[:n] |= ~inner | space_before | layout[:, 1]
     return cut
-
-
-def _copy_span_groups(merged: Doc, groups, bounds, new_index: numpy.ndarray) -> None:
-    """Every span group of the original doc, over the merged tokens."""
-    for key, name, attrs, rows in groups:
-        group = SpanGroup(merged, name=name, attrs=attrs)
-        # (appended one by one: a list of 100k Span objects would set off
-        # full garbage collections, which cost as much as the rest)
-        append = group.append
-        for s, e, label, kb_id, span_id in zip(
-            new_index[bounds[key][:, 0]].tolist(), new_index[bounds[key][:, 1]].tolist(), *rows[:, 2:].T.tolist()
-        ):
-            append(Span(merged, s, e, label=label, kb_id=kb_id, span_id=span_id))
-        merged.spans[key] = group
-
-
-def _span_rows(group: SpanGroup) -> numpy.ndarray:
-    """(start, end, label, kb_id, id) of each span, shape (len(group), 5)."""
-    values = chain.from_iterable((s.start, s.end, s.label, s.kb_id, s.id) for s in group)
-    return numpy.fromiter(values, dtype=numpy.uint64, count=5 * len(group)).reshape((len(group), 5))
 
 
 def _raise_overlap(doc: Doc, spans_key: str, component: str) -> None:

@@ -1,0 +1,168 @@
+"""The array paths of the CRF side (tags -> words, tags -> entities, entities
+and span groups read for merging) against the plain implementations they
+replace, on random docs and tags, edge cases included (whitespace tokens,
+ill-formed tag sequences, entities crossing words, empty docs)."""
+
+import random
+
+import numpy
+import pytest
+import spacy
+from spacy.attrs import ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE
+from spacy.tokens import Span, SpanGroup
+
+from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, make_tags, tags_to_spans
+from spacy_crf.pipeline.crf_tagger import CRFTagger
+from spacy_crf.pipeline.forced_tags import _set_ents_outside
+from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows
+
+ENT_ATTRS = [ENT_IOB, ENT_TYPE, ENT_KB_ID, ENT_ID]
+ALPHABET = list("我们在北京工作ab1。") + [" ", "  ", "\u3000", "\n", "😀"]
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return spacy.blank("zh")
+
+
+def random_text(rng: random.Random, max_len: int = 30) -> str:
+    return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, max_len)))
+
+
+def test_bmes_word_bounds_equal_tags_to_spans_on_random_tags():
+    rng = random.Random(0)
+    for case in range(2000):
+        n = rng.randint(0, 25)
+        ids = numpy.array([rng.randrange(4) for _ in range(n)], dtype="int64")
+        outside = numpy.array([rng.random() < 0.15 for _ in range(n)], dtype=bool)
+        tags = [None if space else BMES_TAGS[i] for i, space in zip(ids.tolist(), outside.tolist())]
+        starts, ends = bmes_word_bounds(ids, outside)
+        assert list(zip(starts.tolist(), ends.tolist())) == [(s, e) for s, e, _ in tags_to_spans("bmes", tags)], case
+
+
+def entity_arrays(doc):
+    return doc.to_array(ENT_ATTRS).reshape((len(doc), 4)).tolist()
+
+
+def test_entities_set_through_arrays_equal_set_ents(nlp):
+    """Random BIOES tags (ill-formed ones too) over docs whose tokens already
+    carry entity ids and KB ids: the same token annotation as set_ents."""
+    rng = random.Random(1)
+    tags = make_tags("bioes", ["PER", "LOC"])
+    for case in range(300):
+        doc = nlp.make_doc(random_text(rng))
+        if len(doc):
+            prior = numpy.array([[rng.choice([0, 2]), 0, rng.choice([0, 7]), rng.choice([0, 9])] for _ in doc])
+            doc.from_array(ENT_ATTRS, prior.astype("uint64"))
+        seq = [None if t.is_space else rng.choice(tags) for t in doc]
+        spans = tags_to_spans("bioes", seq)
+        expected = doc.copy()
+        expected.set_ents([Span(expected, s, e, label=label) for s, e, label in spans], default="outside")
+        _set_ents_outside(doc, spans)
+        assert entity_arrays(doc) == entity_arrays(expected), case
+
+
+def random_entity_rows(rng: random.Random, strings, n: int) -> numpy.ndarray:
+    """ENT_IOB/TYPE/KB_ID/ID per token: entities (with KB ids and ids),
+    blocked tokens (B without a label), missing and O tokens."""
+    per, loc, kb, ent_id = (strings.add(s) for s in ("PER", "LOC", "Q5", "id6"))
+    rows = []
+    open_entity = False
+    for _ in range(n):
+        iob = rng.choice([0, 1, 2, 3, 3])
+        if iob == 1 and not open_entity:
+            iob = 3
+        label = rng.choice([0, per, loc]) if iob in (1, 3) else 0
+        rows.append([iob, label, rng.choice([0, kb]), rng.choice([0, ent_id])])
+        open_entity = (iob == 3 and label != 0) or (iob == 1 and open_entity)
+    return numpy.array(rows, dtype="uint64").reshape((n, 4))
+
+
+def test_entity_rows_equal_doc_ents(nlp):
+    rng = random.Random(2)
+    for case in range(500):
+        doc = nlp.make_doc(random_text(rng))
+        rows = random_entity_rows(rng, nlp.vocab.strings, len(doc))
+        doc.from_array(ENT_ATTRS, rows)
+        expected = [[e.start, e.end, e.label, e.kb_id, e.id] for e in doc.ents]
+        assert entity_rows(doc, doc.to_array(ENT_ATTRS).reshape((len(doc), 4))).tolist() == expected, case
+
+
+def test_entity_rows_raise_spacys_error_for_a_stray_inside_token(nlp):
+    doc = nlp.make_doc("我们在北京")
+    doc.from_array(ENT_ATTRS, numpy.array([[2, 0, 0, 0], [1, 0, 0, 0]] + [[2, 0, 0, 0]] * 3, dtype="uint64"))
+    with pytest.raises(ValueError, match="E093"):
+        entity_rows(doc, doc.to_array(ENT_ATTRS).reshape((len(doc), 4)))
+
+
+def test_span_rows_and_span_group_round_trip(nlp):
+    doc = nlp.make_doc("我们在北京工作")
+    spans = [Span(doc, 0, 2, label="A", kb_id="Q1", span_id="x"), Span(doc, 3, 3), Span(doc, 7, 7), Span(doc, 2, 5)]
+    group = SpanGroup(doc, name="g", attrs={"k": [1]}, spans=spans)
+    copy = span_group(doc, "g", {"k": [1]}, span_rows(group))
+    assert [(s.start, s.end, s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in copy] == [
+        (s.start, s.end, s.start_char, s.end_char, s.label_, s.kb_id_, s.id_) for s in spans
+    ]
+    assert copy.name == "g" and copy.attrs == {"k": [1]}
+
+
+def reference_set_annotations(pipe: CRFTagger, doc, ids) -> None:
+    """The per-token implementation the array paths replace."""
+    tags = pipe.tags
+    seq = [None if t.is_space else tags[i] for t, i in zip(doc, ids)]
+    if pipe.scheme == "bmes":
+        key = pipe.cfg["spans_key"]
+        doc.spans[key] = SpanGroup(doc, name=key, spans=[Span(doc, s, e) for s, e, _ in tags_to_spans("bmes", seq)])
+    else:
+        doc.set_ents([Span(doc, s, e, label=label) for s, e, label in tags_to_spans(pipe.scheme, seq)])
+
+
+@pytest.mark.parametrize("scheme", ["bmes", "bio", "bioes"])
+def test_set_annotations_equal_the_per_token_reference(nlp, scheme):
+    """Random (also ill-formed) tag ids on random docs, empty ones included:
+    the same words or entities as the per-token implementation."""
+    pipe = CRFTagger(nlp.vocab, model=None, name="t", scheme=scheme, labels=[] if scheme == "bmes" else ["PER", "LOC"])
+    rng = random.Random(3)
+    for case in range(300):
+        doc = nlp.make_doc(random_text(rng))
+        ids = numpy.array([rng.randrange(len(pipe.tags)) for _ in doc], dtype="int64")
+        expected = doc.copy()
+        reference_set_annotations(pipe, expected, ids.tolist())
+        pipe.set_annotations([doc], [ids])
+        if scheme == "bmes":
+            assert [(s.start, s.end) for s in doc.spans["words"]] == [(s.start, s.end) for s in expected.spans["words"]]
+        else:
+            assert entity_arrays(doc) == entity_arrays(expected), case
+
+
+def reference_emission_bias(n: int, tags, weight, matches) -> numpy.ndarray:
+    """The per-occurrence loop that ``Lexicon.emission_bias`` replaces."""
+    columns = {tag: i for i, tag in enumerate(tags)}
+    bias = numpy.zeros((n, len(tags)), dtype="float32")
+    for start, end in matches:
+        bias[start, columns["B"]] += weight
+        bias[start + 1 : end - 1, columns["M"]] += weight
+        bias[end - 1, columns["E"]] += weight
+    return bias
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.1, 1 / 3, 2.7, numpy.float64(0.7), numpy.float32(0.3)])
+def test_lexicon_emission_bias_equals_the_per_occurrence_loop_bit_for_bit(nlp, weight):
+    """Overlapping occurrences (the same token many times), one-token spans
+    and docs without any: the same float32 values, bit for bit."""
+    from spacy_crf.pipeline.lexicon import Lexicon
+
+    rng = random.Random(4)
+    lexicon = Lexicon(["北京", "京工", "我们在北京工作", "在北"])
+    tags = ["S", "E", "B", "M"]  # any order of the model's tags
+    for case in range(300):
+        doc = nlp.make_doc("".join(rng.choice("我们在北京工作 ") for _ in range(rng.randint(0, 30))))
+        matches = sorted((s, min(s + rng.randint(1, 8), len(doc))) for s in range(len(doc)) for _ in range(3))
+        for spans in (lexicon.matches(doc), matches, []):
+            expected = reference_emission_bias(len(doc), tags, weight, spans)
+            got = lexicon.emission_bias(doc, tags, weight, matches=spans)
+            assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes(), case
+        assert (
+            lexicon.emission_bias(doc, tags, weight).tobytes()
+            == reference_emission_bias(len(doc), tags, weight, lexicon.matches(doc)).tobytes()
+        )
