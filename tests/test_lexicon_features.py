@@ -320,3 +320,47 @@ def test_jiebas_dictionary_reads_whole():
     assert len(lexicon) > 300_000
     index = lexicon.word_list.index("北京大学")
     assert TAG_CLASSES[lexicon.classes[index]] == "organisation"
+
+
+# --- configs/joint.cfg switched on by overrides ------------------------------------------
+
+
+def test_the_joint_config_switches_the_features_on_by_overrides(tiny_bert_dir, tmp_path):
+    from spacy.cli.train import train
+    from spacy.tokens import DocBin
+
+    nlp = spacy.blank("zh")
+    words, ents = DocBin(), DocBin()
+    for w in WORDS:
+        words.add(Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
+    for text, spans in NER_DATA:
+        ents.add(Example.from_dict(nlp.make_doc(text), {"entities": spans}).reference)
+    words.to_disk(tmp_path / "words.spacy")
+    ents.to_disk(tmp_path / "ents.spacy")
+    corpus = {
+        f"paths.{split}_{kind}": str(tmp_path / f"{kind}.spacy")
+        for split in ("train", "dev")
+        for kind in ("words", "ents")
+    }
+    overrides = {
+        **corpus,
+        "paths.encoder": str(tiny_bert_dir),
+        "paths.lexicon_features": str(_dictionary(tmp_path)),
+        "components.segmenter.model.lexicon_width": 8,
+        "components.crf_ner.model.lexicon_width": 8,
+        "training.max_steps": 3,
+        "training.eval_frequency": 3,
+        "training.optimizer.learn_rate.warmup_steps": 1,
+        "components.transformer.model.get_spans.window": 16,
+        "components.transformer.model.get_spans.stride": 12,
+    }
+    train(ROOT / "configs" / "joint.cfg", tmp_path / "out", overrides=overrides)
+    trained = spacy.load(tmp_path / "out" / "model-last")
+    for name in ("segmenter", "crf_ner"):
+        assert trained.config["components"][name]["model"]["lexicon_width"] == 8
+        assert len(trained.get_pipe(name).model.get_ref("lexicon_features").attrs["lexicon"]) == 11
+    assert trained("张三去上海").text == "张三去上海"
+    shipped = spacy.util.load_config(ROOT / "configs" / "joint.cfg")
+    assert shipped["components"]["segmenter"]["model"]["lexicon_width"] == 0  # off by default
+    assert shipped["components"]["crf_ner"]["model"]["lexicon_width"] == 0
+    assert shipped["paths"]["lexicon_features"] is None
