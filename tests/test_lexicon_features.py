@@ -2,6 +2,7 @@
 the features against their definition, the projection's gradient and
 training, the dictionary saved in the weights, the switch, and the reader."""
 
+import json
 import pickle
 import random
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy
 import pytest
 import spacy
 from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config
-from conftest import segmentation_examples
+from conftest import load_script, segmentation_examples
 from spacy.tokens import Doc
 from spacy.training import Example
 
@@ -320,6 +321,21 @@ def test_jiebas_dictionary_reads_whole():
     assert len(lexicon) > 300_000
     index = lexicon.word_list.index("北京大学")
     assert TAG_CLASSES[lexicon.classes[index]] == "organisation"
+
+
+def test_the_benchmark_reports_the_share_of_the_features(tmp_path, capsys, monkeypatch):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("张三  去  上海市\n\n今天  北京  天气  好\n", encoding="utf8")
+    script = load_script(ROOT / "scripts" / "bench_lexicon_features.py")
+    argv = [str(texts), "--dictionary", str(_dictionary(tmp_path)), "--layers", "1", "--hidden", "32"]
+    argv += ["--heads", "2", "--width", "4", "--repeats", "2", "--out", str(tmp_path / "bench.json")]
+    monkeypatch.setattr("sys.argv", ["bench_lexicon_features.py"] + argv)
+    script.main()
+    out = capsys.readouterr().out
+    assert "2 texts, 13 chars" in out and "lexicon features (both heads):" in out and "target <= 5 %" in out
+    record = json.loads((tmp_path / "bench.json").read_text(encoding="utf8"))
+    assert len(record["passes"]) == 2
+    assert all(0 < p["lexicon_features_s"] < p["pipeline_s"] for p in record["passes"])
 
 
 # --- configs/joint.cfg switched on by overrides ------------------------------------------
