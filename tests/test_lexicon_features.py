@@ -258,6 +258,24 @@ def test_the_switch_off_is_the_old_architecture(tmp_path):
     assert [s.text for s in a.spans["words"]] == [s.text for s in b.spans["words"]]
 
 
+def test_a_bad_lexicon_width_is_refused_naming_the_setting():
+    tok2vec = spacy.registry.resolve({"t": SMALL_TOK2VEC})["t"]
+    for bad in (-1, 1.5, True, "8"):
+        with pytest.raises(ValueError, match="CRFTagger.v1: lexicon_width must be a whole number >= 0"):
+            build_crf_tagger(tok2vec, lexicon_width=bad)
+
+
+def test_a_saved_dictionary_that_does_not_fit_is_refused():
+    saved = TaggedLexicon([("上海", 9, "ns"), ("去", 1, "v")]).to_dict()
+    assert TaggedLexicon.from_dict(saved).word_list == ("上海", "去")
+    with pytest.raises(ValueError, match="saved with the tag classes .* this version has"):
+        TaggedLexicon.from_dict({**saved, "class_names": ["person", "other"]})
+    with pytest.raises(ValueError, match="do not line up"):
+        TaggedLexicon.from_dict({**saved, "freqs": saved["freqs"][:1]})
+    with pytest.raises(ValueError, match="bad frequency or tag class"):
+        TaggedLexicon.from_dict({**saved, "classes": numpy.asarray([0, 9], dtype="uint8")})
+
+
 def test_initialize_needs_a_dictionary_exactly_when_the_model_has_the_features(tmp_path):
     nlp, examples = _pipeline(_dictionary(tmp_path))
     nlp.config["initialize"]["components"]["ner"] = {}

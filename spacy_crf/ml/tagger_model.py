@@ -78,6 +78,10 @@ def build_crf_tagger(
         width (a dictionary's words around each token, :mod:`.lexicon_features`)
         to the tok2vec output; 0 (default): none, the model of before.
     """
+    if isinstance(lexicon_width, bool) or not isinstance(lexicon_width, int) or lexicon_width < 0:
+        raise ValueError(
+            f"spacy_crf.CRFTagger.v1: lexicon_width must be a whole number >= 0 (0: off), got {lexicon_width!r}"
+        )
     install_fork_hook()
     emissions = Emissions(nO=nO)
     features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None

@@ -82,7 +82,7 @@ def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> No
 
 def _fields(path: Path) -> Iterator[Tuple[int, List[str]]]:
     """``(line number, whitespace-separated fields)`` of each non-blank line of
-    a UTF-8 file (a BOM before the first word is dropped)."""
+    a UTF-8 file (a BOM before a line's word is dropped)."""
     if not path.is_file():
         raise ValueError(f"lexicon {str(path)!r}: no such file")
     with path.open("rb") as f:
@@ -93,7 +93,7 @@ def _fields(path: Path) -> Iterator[Tuple[int, List[str]]]:
                 raise ValueError(f"lexicon {str(path)!r}, line {line_no}: not UTF-8 ({e.reason})") from None
             fields = line.split()
             if fields:
-                fields[0] = fields[0].lstrip("\ufeff") if line_no == 1 else fields[0]
+                fields[0] = fields[0].lstrip("\ufeff")
                 yield line_no, fields
 
 
