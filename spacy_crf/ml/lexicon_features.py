@@ -53,7 +53,6 @@ weights), so a saved pipeline needs no dictionary file. It is given at
 """
 
 import hashlib
-import operator
 import weakref
 from typing import List, Optional, Sequence
 
@@ -119,13 +118,12 @@ def lexicon_features(lexicon: TaggedLexicon, docs: Sequence[Doc]) -> numpy.ndarr
     """
     bounds = token_bounds(docs)
     layout = b"".join(b.tobytes() for b in bounds)
-    last = getattr(lexicon, "_last_features", None)
-    if last is not None and last[1] == layout and len(last[0]) == len(docs) and all(map(operator.is_, last[0], docs)):
-        return last[2]
-    features = _features(lexicon, docs, bounds)
-    features.setflags(write=False)
-    lexicon._last_features = (tuple(docs), layout, features)  # type: ignore[attr-defined]
-    return features
+    return lexicon.for_batch(docs, layout, lambda: _read_only(_features(lexicon, docs, bounds)))
+
+
+def _read_only(array: numpy.ndarray) -> numpy.ndarray:
+    array.setflags(write=False)  # handed to both heads
+    return array
 
 
 def _features(lexicon: TaggedLexicon, docs: Sequence[Doc], bounds: List[numpy.ndarray]) -> numpy.ndarray:
@@ -239,11 +237,7 @@ _LOADED: "weakref.WeakValueDictionary[str, TaggedLexicon]" = weakref.WeakValueDi
 
 @serialize_attr.register(TaggedLexicon)
 def _serialize_lexicon(_: TaggedLexicon, value: TaggedLexicon, name: str, model: Model) -> bytes:
-    cached = getattr(value, "_saved", None)
-    if cached is None:
-        cached = srsly.msgpack_dumps(value.to_dict())
-        value._saved = cached  # type: ignore[attr-defined]  # saved at every checkpoint: once is enough
-    return cached
+    return value.to_bytes()
 
 
 @deserialize_attr.register(TaggedLexicon)

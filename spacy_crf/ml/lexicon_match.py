@@ -28,10 +28,12 @@ an occurrence never starts inside a character.
 
 import itertools
 import math
+import operator
 from collections import Counter
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy
+import srsly
 from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc
 
@@ -203,6 +205,29 @@ class TaggedLexicon(WordLexicon):
         super().__init__(table)
         self.freqs = numpy.array([table[w][0] for w in self.word_list], dtype="float32")
         self.classes = numpy.array([table[w][1] for w in self.word_list], dtype="int64")
+
+    def for_batch(self, docs: Sequence[Doc], layout: bytes, compute: Callable[[], numpy.ndarray]) -> numpy.ndarray:
+        """``compute()``, or what it gave the last call with the same doc objects
+        and the same ``layout`` (their token boundaries): the heads of a joint
+        pipeline share the dictionary and see each batch in turn. The last
+        batch's docs are held until the next call."""
+        last = getattr(self, "_last_batch", None)
+        if (
+            last is not None
+            and last[1] == layout
+            and len(last[0]) == len(docs)
+            and all(map(operator.is_, last[0], docs))
+        ):
+            return last[2]
+        result = compute()
+        self._last_batch = (tuple(docs), layout, result)
+        return result
+
+    def to_bytes(self) -> bytes:
+        """:meth:`to_dict` as msgpack, made once (saved at every checkpoint)."""
+        if getattr(self, "_bytes", None) is None:
+            self._bytes = srsly.msgpack_dumps(self.to_dict())
+        return self._bytes
 
     def __copy__(self) -> "TaggedLexicon":
         return self  # never changed after construction: copies of a model share it
