@@ -30,6 +30,7 @@ from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
 from . import crf
+from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
 
 _fork_hook_installed = False
@@ -63,6 +64,7 @@ def build_crf_tagger(
     nO: Optional[int] = None,
     use_crf: bool = True,
     use_start_end: bool = True,
+    lexicon_width: int = 0,
 ) -> Model[List[Doc], List[Floats2d]]:
     """Token features -> linear emission scores -> linear-chain CRF.
 
@@ -72,15 +74,25 @@ def build_crf_tagger(
     use_crf: False gives the softmax baseline: the same emission layer,
         trained with token-level cross-entropy and decoded by argmax.
     use_start_end: learn start and end scores beside the transitions.
+    lexicon_width: > 0: append ``spacy_crf.LexiconFeatures.v1`` of this
+        width (a dictionary's words around each token, :mod:`.lexicon_features`)
+        to the tok2vec output; 0 (default): none, the model of before.
     """
+    if isinstance(lexicon_width, bool) or not isinstance(lexicon_width, int) or lexicon_width < 0:
+        raise ValueError(
+            f"spacy_crf.CRFTagger.v1: lexicon_width must be a whole number >= 0 (0: off), got {lexicon_width!r}"
+        )
     install_fork_hook()
     emissions = Emissions(nO=nO)
-    layers = [tok2vec, emissions]
+    features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None
+    layers = [tok2vec if features is None else lexfeat.with_lexicon_features(tok2vec, features), emissions]
     if use_crf:
         layers.append(CRF(nO=nO, use_start_end=use_start_end))
     model: Model[List[Doc], List[Floats2d]] = chain(*layers)
     model.set_ref("tok2vec", tok2vec)
     model.set_ref("emissions", emissions)
+    if features is not None:
+        model.set_ref(lexfeat.REF, features)
     if use_crf:
         model.set_ref("crf", layers[-1])
     model.attrs["use_crf"] = use_crf
@@ -378,9 +390,11 @@ def marginals(
 
 
 def is_initialized(model: Model) -> bool:
-    """Whether the model's output layers have their weights (``initialize`` ran
-    or weights were loaded)."""
-    layers = [model.get_ref("emissions")] + ([model.get_ref("crf")] if model.has_ref("crf") else [])
+    """Whether the model's output layers have their weights, and its lexicon
+    features their dictionary (``initialize`` ran or weights were loaded)."""
+    layers = [model.get_ref(ref) for ref in ("emissions", "crf", lexfeat.REF) if model.has_ref(ref)]
+    if model.has_ref(lexfeat.REF) and not lexfeat.has_lexicon(model.get_ref(lexfeat.REF)):
+        return False
     return all(layer.has_param(name) is True for layer in layers for name in layer.param_names)
 
 

@@ -54,6 +54,8 @@ from thinc.types import Floats2d, Ints1d
 
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..ml import tagger_model as crf_model
+from ..ml.lexicon_features import initialize_lexicon
+from ..ml.lexicon_match import TaggedLexicon
 from ..ml.schemes import (
     SchemeError,
     TransitionMask,
@@ -316,6 +318,7 @@ class CRFTagger(TrainableHead):
         labels: Optional[Sequence[str]] = None,
         lexicon: Optional[Iterable[str]] = None,
         lexicon_weight: float = 1.0,
+        lexicon_features: Optional[TaggedLexicon] = None,
     ) -> None:
         """Set the labels and the model's shapes.
 
@@ -327,7 +330,11 @@ class CRFTagger(TrainableHead):
             ``[initialize.components.NAME.lexicon]`` with
             ``@readers = "spacy_crf.read_lexicon.v1"``. Unset: no lexicon.
         lexicon_weight: the lexicon's weight (tune it on dev data).
+        lexicon_features: the dictionary of the model's lexicon features
+            (``lexicon_width`` > 0; any scheme), e.g. with ``@readers =
+            "spacy_crf.read_tagged_lexicon.v1"``; saved in the weights.
         """
+        initialize_lexicon(self.model, lexicon_features, self.name)
         if lexicon is not None:
             try:
                 self.set_lexicon(lexicon, lexicon_weight)

@@ -39,6 +39,7 @@ DEFAULT_MODEL_CONFIG = """
 nO = null
 use_crf = true
 use_start_end = true
+lexicon_width = 0
 
 [model.tok2vec]
 @architectures = "spacy.HashEmbedCNN.v2"

@@ -14,84 +14,26 @@ emission layer would learn to cancel a constant it sees in training. Tune
 ``weight`` on a dev set (the project's ``lexicon-tune`` command).
 """
 
+import math
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
 
-#: A word of the lexicon found in a doc: [start, end) in tokens.
-TokenSpan = Tuple[int, int]
+from ..ml.lexicon_match import MAX_WORD_LENGTH, TaggedLexicon, TokenSpan, WordLexicon
+
+__all__ = ["MAX_WORD_LENGTH", "Lexicon", "TokenSpan", "read_lexicon", "read_tagged_lexicon"]
 
 
-#: The longest word a lexicon takes. Real dictionary words and names are far
-#: shorter (jieba's longest entry has 16 characters); a longer entry is almost
-#: always a whole text pasted into a word list by mistake.
-MAX_WORD_LENGTH = 100
-
-
-class Lexicon:
+class Lexicon(WordLexicon):
     """A set of words of at least two characters, without whitespace.
 
-    Matching runs an Aho-Corasick automaton (``pyahocorasick``) over each run
-    of the doc's text that a word may span, so its cost grows with the text's
-    length and the number of occurrences, not with the longest word."""
-
-    def __init__(self, words: Iterable[str]) -> None:
-        kept = set()
-        for word in words:
-            if not isinstance(word, str):
-                raise ValueError(f"lexicon: a word must be a string, got {word!r}")
-            if len(word) > MAX_WORD_LENGTH:
-                raise ValueError(
-                    f"lexicon: the entry {word[:20]!r}... has {len(word):,} characters, "
-                    f"more than the {MAX_WORD_LENGTH} a word may have (a text in a word list?)"
-                )
-            if len(word) >= 2 and not any(ch.isspace() for ch in word):
-                kept.add(word)
-        self.words = frozenset(kept)
-        self.max_length = max((len(w) for w in self.words), default=0)
-        self._automaton = None
-
-    def __len__(self) -> int:
-        return len(self.words)
-
-    def __contains__(self, word: str) -> bool:
-        return word in self.words
-
-    def __getstate__(self):
-        # the automaton is rebuilt on demand (multiprocessing pickles pipes)
-        return {"words": self.words, "max_length": self.max_length, "_automaton": None}
-
-    def _matcher(self):
-        if self._automaton is None:
-            import ahocorasick
-
-            automaton = ahocorasick.Automaton()
-            for word in self.words:
-                automaton.add_word(word, len(word))
-            automaton.make_automaton()
-            self._automaton = automaton
-        return self._automaton
-
-    def matches(self, doc: Doc) -> List[TokenSpan]:
-        """Every occurrence of a lexicon word in ``doc`` as token spans of two
-        or more tokens, overlapping ones included, ordered by start then end.
-        A span never crosses whitespace (a space token, or a token followed by
-        a space) and starts and ends on token boundaries."""
-        if not self.words:
-            return []
-        automaton = self._matcher()
-        found: List[TokenSpan] = []
-        for first, text, token_at in _runs(doc):
-            for last_char, length in automaton.iter(text):
-                start_char, end_char = last_char + 1 - length, last_char + 1
-                start, end = token_at.get(start_char), token_at.get(end_char)
-                if start is not None and end is not None and end - start >= 2:
-                    found.append((first + start, first + end))
-        found.sort()
-        return found
+    Matching runs an Aho-Corasick automaton (``pyahocorasick``) over the doc's
+    text (:class:`spacy_crf.ml.lexicon_match.WordLexicon`), so its cost grows
+    with the text's length and the number of occurrences, not with the
+    longest word."""
 
     def emission_bias(
         self, doc: Doc, tags: Sequence[str], weight: float, matches: Optional[List[TokenSpan]] = None
@@ -133,32 +75,6 @@ def _repeated_sums(weight: float, most: int) -> numpy.ndarray:
     return sums
 
 
-def _runs(doc: Doc):
-    """The stretches of ``doc`` a word may span: ``(first token, text, token
-    boundaries)``, where the boundaries map a character offset in ``text`` to
-    the token (relative to ``first``) that starts there, or the run's length
-    at its end. A run stops at a space token and after a token followed by a
-    space."""
-    first, offset = 0, 0
-    text: List[str] = []
-    token_at: Dict[int, int] = {0: 0}
-    for token in doc:
-        if token.is_space:
-            if len(token_at) > 2:
-                yield first, "".join(text), token_at
-            first, text, token_at, offset = token.i + 1, [], {0: 0}, 0
-            continue
-        text.append(token.text)
-        offset += len(token.text)
-        token_at[offset] = token.i + 1 - first
-        if token.whitespace_:
-            if len(token_at) > 2:
-                yield first, "".join(text), token_at
-            first, text, token_at, offset = token.i + 1, [], {0: 0}, 0
-    if len(token_at) > 2:
-        yield first, "".join(text), token_at
-
-
 def check_weight(name: str, weight) -> float:
     """``weight`` as a float, if it is a finite number >= 0 (``lexicon_weight``)."""
     try:
@@ -186,6 +102,23 @@ def set_lexicon(pipe, words: Optional[Iterable[str]], weight: float = 1.0) -> No
     pipe.cfg.update(lexicon_weight=weight, lexicon_size=len(lexicon))
 
 
+def _fields(path: Path) -> Iterator[Tuple[int, List[str]]]:
+    """``(line number, whitespace-separated fields)`` of each non-blank line of
+    a UTF-8 file (a BOM before a line's word is dropped)."""
+    if not path.is_file():
+        raise ValueError(f"lexicon {str(path)!r}: no such file")
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"lexicon {str(path)!r}, line {line_no}: not UTF-8 ({e.reason})") from None
+            fields = line.split()
+            if fields:
+                fields[0] = fields[0].lstrip("\ufeff")
+                yield line_no, fields
+
+
 @registry.readers("spacy_crf.read_lexicon.v1")
 def read_lexicon(path: Union[str, Path]) -> List[str]:
     """The words of a lexicon file, for ``[initialize.components.NAME.lexicon]``.
@@ -195,18 +128,47 @@ def read_lexicon(path: Union[str, Path]) -> List[str]:
     ``dict.txt``) reads as it is. Blank lines are skipped. Words shorter than
     two characters are read but not used (see :class:`Lexicon`)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"lexicon {str(path)!r}: no such file")
-    words: List[str] = []
-    with path.open("rb") as f:
-        for line_no, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"lexicon {str(path)!r}, line {line_no}: not UTF-8 ({e.reason})") from None
-            fields = line.split()
-            if fields:
-                words.append(fields[0].lstrip("\ufeff"))
+    words = [fields[0] for _, fields in _fields(path)]
     if not words:
         raise ValueError(f"lexicon {str(path)!r}: no words (one word per line)")
     return words
+
+
+def _tagged_entry(path: Path, line_no: int, fields: List[str]) -> Tuple[str, float, str]:
+    where = f"lexicon {str(path)!r}, line {line_no}"
+    word, rest = fields[0], fields[1:]
+    if len(fields) > 3:
+        raise ValueError(f"{where}: {len(fields)} fields; expected `word [frequency] [tag]`")
+    if len(word) > MAX_WORD_LENGTH:
+        raise ValueError(
+            f"{where}: the word has {len(word):,} characters, more than the {MAX_WORD_LENGTH} a word may have"
+        )
+    freq = 0.0
+    if rest and (len(rest) == 2 or rest[0][:1].isdigit() or rest[0][:1] in "+-."):
+        try:
+            freq = float(rest[0])
+        except ValueError:
+            raise ValueError(f"{where}: the frequency {rest[0]!r} is not a number") from None
+        if not (math.isfinite(freq) and freq >= 0):
+            raise ValueError(f"{where}: the frequency {rest[0]!r} must be a finite number >= 0")
+        rest = rest[1:]
+    return word, freq, rest[0] if rest else ""
+
+
+@registry.readers("spacy_crf.read_tagged_lexicon.v1")
+def read_tagged_lexicon(path: Optional[Union[str, Path]]) -> Optional[TaggedLexicon]:
+    """The dictionary of the lexicon features (:mod:`spacy_crf.ml.lexicon_features`),
+    for ``[initialize.components.NAME.lexicon_features]``; ``path`` null: none.
+
+    UTF-8, one ``word [frequency] [tag]`` entry per line, as jieba's
+    ``dict.txt`` and its user dictionaries: the frequency a number >= 0
+    (missing: 0, the word still counts), the tag a jieba tag (missing: other).
+    Blank lines are skipped; a later line of a word replaces an earlier one.
+    Errors name the file and the line."""
+    if path is None:
+        return None
+    path = Path(path)
+    entries = [_tagged_entry(path, line_no, fields) for line_no, fields in _fields(path)]
+    if not entries:
+        raise ValueError(f"lexicon {str(path)!r}: no words (one `word [frequency] [tag]` per line)")
+    return TaggedLexicon(entries)

@@ -169,7 +169,8 @@ def grouped_adam(
     crf_lr_multiplier: learning-rate multiplier of the CRF parameters
         (transitions, start, end), e.g. 100 or 1000 when fine-tuning a
         pretrained encoder at 2e-5.
-    crf_includes_emissions: also put the emission (output) layer in ``crf``.
+    crf_includes_emissions: also put the emission (output) layer in ``crf``,
+        with the lexicon features' projection that feeds it.
     param_groups: further groups, ``{name: {"patterns": [...], "lr_multiplier": x}}``;
         they take precedence over ``crf`` (first match wins).
     scale_weight_decay: multiply decoupled weight decay by the group multiplier

@@ -8,7 +8,8 @@ scale away). So the optimizer itself decides the scale, from the parameter's
 key ``(node_id, param_name)``: each group is a list of glob patterns matched
 against ``param_name``. No global state is involved: the CRF layers name
 their parameters ``crf_transitions``, ``crf_start``, ``crf_end`` and
-``crf_emission_W``/``crf_emission_b``, and transformer parameters keep their
+``crf_emission_W``/``crf_emission_b`` (and ``lexicon_projection_W``/``_b``,
+grouped with the emissions), and transformer parameters keep their
 Hugging Face names (``encoder.layer.3.attention.self.query.weight``).
 
 Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
@@ -23,7 +24,10 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 CRF_GROUP = "crf"
 CRF_PATTERNS = ("crf_transitions", "crf_start", "crf_end")
-EMISSION_PATTERNS = ("crf_emission_*",)
+# The output layers trained from scratch: the emissions, and the projection of
+# the lexicon features that feeds them (spacy_crf.ml.lexicon_features), which
+# learns as fast as they do.
+EMISSION_PATTERNS = ("crf_emission_*", "lexicon_projection_*")
 # Hugging Face BERT-style layer names; other architectures can pass their own.
 DEFAULT_LAYER_PATTERN = r"(?:^|\.)(?:encoder\.)?layers?\.(\d+)\."
 
