@@ -193,6 +193,12 @@ def _alive_children(pids):
     return alive
 
 
+def _sigint_as_from_a_terminal():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pid):
     found = []
     for entry in os.listdir("/proc"):
@@ -207,8 +213,13 @@ def _children(pid):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads processes from /proc")
-@pytest.mark.parametrize("sig,to_group,code", [("SIGINT", True, 130), ("SIGINT", False, 130), ("SIGTERM", False, 143)])
-def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_dir, tmp_path, sig, to_group, code):
+@pytest.mark.parametrize(
+    "sig,to_group,code,sort_buffer",
+    [("SIGINT", True, 130, 0), ("SIGINT", True, 130, 8), ("SIGINT", False, 130, 8), ("SIGTERM", False, 143, 8)],
+)
+def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(
+    pipeline_dir, tmp_path, sig, to_group, code, sort_buffer
+):
     import random
     import signal
     import subprocess
@@ -236,12 +247,18 @@ def test_a_signal_stops_n_process_workers_and_a_rerun_resumes_exactly(pipeline_d
         "--batch-size",
         "4",
         "--no-progress",
+        "--sort-buffer",
+        str(sort_buffer),
     ]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # A shell starts a background job (`pytest ... &`, as CI scripts do) with
+        # SIGINT ignored, its children inherit that, and annotate rightly leaves an
+        # ignored signal ignored (nohup): start the run as a terminal would.
+        preexec_fn=_sigint_as_from_a_terminal,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     try:
@@ -414,3 +431,23 @@ def test_a_truncated_parquet_shard_is_named_in_one_line(pipeline_dir, tmp_path):
     (tmp_path / "x.parquet").write_bytes(data[: len(data) // 2])
     code, said = run_cli(pipeline_dir, tmp_path / "x.parquet", tmp_path / "out")
     assert code == 1 and "x.parquet: truncated or corrupt Parquet file" in said and "Traceback" not in said
+
+
+def test_an_ignored_sigint_stays_ignored_and_the_default_one_is_restored_after():
+    # nohup and a shell's background jobs start annotate with SIGINT ignored: the
+    # run must not start stopping on it (that is why the signal test above resets it)
+    import signal
+
+    from spacy_crf.annotate.engines import workers_stop_on_signal
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with workers_stop_on_signal():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with workers_stop_on_signal():
+            assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -9,6 +9,7 @@ import typer
 from wasabi import msg
 
 from ..annotate.pieces import DEFAULT_MAX_CHARS
+from ..batching import DEFAULT_SORT_BUFFER
 from ._app import app, check_option
 
 
@@ -36,7 +37,7 @@ def annotate_cli(
         help="Annotate a longer record in pieces of at most this many characters, cut at sentence ends where possible, and write it whole (>= 1)",
     ),
     sort_buffer: int = typer.Option(
-        0,
+        DEFAULT_SORT_BUFFER,
         "--sort-buffer",
         help="Feed the pipeline texts sorted by length within this many batches, records still in input order (0: input order)",
     ),
