@@ -208,8 +208,43 @@ def test_quantized_assembly(trained_dirs, tmp_path):
     assert encoders and all(is_quantized(m) for m in encoders)
     texts = ["张三去上海", "我在北京工作"]
     assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
-    with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16"):
+    with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16, onnx, onnx-int8"):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="int4")
+
+
+@pytest.mark.parametrize("quantize", ["onnx", "onnx-int8"])
+def test_onnx_assembly_saves_the_graph_and_requires_the_onnx_extra(trained_dirs, tmp_path, quantize):
+    from spacy_crf.encoders.onnx_backend import ONNX_ARCH, ONNX_TOK2VEC_ARCH, OnnxHFShim
+
+    reference = assemble(trained_dirs / "cws", trained_dirs / "ner")
+    nlp = assemble(trained_dirs / "cws", trained_dirs / "ner", quantize=quantize)
+    assert nlp.meta["quantized"] == quantize
+    assert nlp.meta["requirements"] == ["spacy-crf[onnx]>=0.1.0,<0.2.0"]
+    assert reference.meta["requirements"] == ["spacy-crf>=0.1.0,<0.2.0"]
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    shims = [
+        shim for _, pipe in loaded.components if hasattr(pipe, "model") for n in pipe.model.walk() for shim in n.shims
+    ]
+    # separate models: the NER encoder was copied into its tagger, and both are graphs
+    assert len(shims) == 2 and all(isinstance(shim, OnnxHFShim) for shim in shims)
+    archs = {block["@architectures"] for block in _blocks(loaded.config) if "@architectures" in block}
+    assert {ONNX_ARCH, ONNX_TOK2VEC_ARCH} <= archs
+    texts = ["张三去上海", "我在北京工作", "北京大学在北京", ""]
+    got = [([t.text for t in d], [(e.start_char, e.end_char, e.label_) for e in d.ents]) for d in loaded.pipe(texts)]
+    want = [
+        ([t.text for t in d], [(e.start_char, e.end_char, e.label_) for e in d.ents]) for d in reference.pipe(texts)
+    ]
+    assert [d.text for d in loaded.pipe(texts)] == texts
+    if quantize == "onnx":  # float32 predicts what torch does; int8 may move a tag of an untrained model
+        assert got == want
+
+
+def _blocks(cfg):
+    if isinstance(cfg, dict):
+        yield cfg
+        for value in cfg.values():
+            yield from _blocks(value)
 
 
 def test_assembly_with_a_lexicon(trained_dirs, tmp_path):

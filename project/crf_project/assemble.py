@@ -34,8 +34,13 @@ Where a predicted word and an entity disagree (``--words``):
 chose on dev (``--lexicon-tuning metrics/lexicon.json``) or ``--lexicon-weight``.
 The words are saved in the pipeline; weight 0 ships no lexicon.
 
-``--quantize qint8|float16`` stores the encoder's linear layers as int8 or float16
-(:func:`spacy_crf.encoders.quantize.quantize_pipeline`), for faster CPU inference.
+``--quantize`` chooses how the encoder runs in the shipped pipeline (training
+stays in torch): ``qint8`` or ``float16`` store its linear layers as int8 or
+float16 for torch (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
+``onnx`` and ``onnx-int8`` export it to an ONNX graph that ONNX Runtime runs,
+float32 or with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`).
+The graph is saved inside the pipeline; the package then requires
+``spacy-crf[onnx]``. docs/speed.md compares them on the dev sets.
 """
 
 from pathlib import Path
@@ -55,7 +60,10 @@ from spacy_crf.pipeline.scorers import score_words
 # The factories of spacy_crf.pipeline.crf_tagger.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
 WORD_POLICIES = ("split", "keep_words", "respect_ents")
-QUANTIZE = ("none", "qint8", "float16")
+QUANTIZE = ("none", "qint8", "float16", "onnx", "onnx-int8")
+# what each ONNX choice asks of spacy_crf.encoders.onnx_backend.export_pipeline
+ONNX_QUANTIZE = {"onnx": "none", "onnx-int8": "int8"}
+REQUIREMENT = "spacy-crf{extras}>=0.1.0,<0.2.0"
 
 
 def _find(nlp: Language, schemes: Tuple[str, ...], name: Optional[str], what: str) -> str:
@@ -107,7 +115,9 @@ def assemble(
     ner_model: a separately trained NER model; its encoder is copied into its tagger.
     words: what happens where a word and an entity disagree (``WORD_POLICIES``).
     quantize: "qint8" (int8) or "float16" dynamic quantization of the encoder's
-        linear layers (:func:`spacy_crf.encoders.quantize.quantize_pipeline`); "none".
+        linear layers for torch (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
+        "onnx" or "onnx-int8": the encoder as an ONNX Runtime graph, float32 or
+        with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`); "none".
     lexicon: a word list for the segmenter's decoding (``read_lexicon``),
         used with ``lexicon_weight`` > 0.
     """
@@ -148,7 +158,11 @@ def assemble(
     spans_key = nlp.get_pipe("segmenter").cfg.get("spans_key", "words")
     policy = "keep_words" if words == "keep_words" else "split"
     nlp.add_pipe("crf_merge_words", name="merge_words", config={"spans_key": spans_key, "entity_policy": policy})
-    if quantize != "none":
+    if quantize in ONNX_QUANTIZE:
+        from spacy_crf.encoders.onnx_backend import export_pipeline
+
+        export_pipeline(nlp, quantize=ONNX_QUANTIZE[quantize])
+    elif quantize != "none":
         from spacy_crf.encoders.quantize import quantize_pipeline
 
         quantize_pipeline(nlp, dtype=quantize)
@@ -165,7 +179,8 @@ def assemble(
             "words_and_entities": words,
             "quantized": None if quantize == "none" else quantize,
             "lexicon": lexicon_meta,
-            "requirements": ["spacy-crf>=0.1.0,<0.2.0"],
+            # spacy.load of an ONNX encoder needs onnxruntime: the extra brings it
+            "requirements": [REQUIREMENT.format(extras="[onnx]" if quantize in ONNX_QUANTIZE else "")],
             "performance": {},
         }
     )
@@ -235,7 +250,8 @@ def assemble_cli(
     quantize: str = typer.Option(
         "none",
         "--quantize",
-        help="none | qint8 | float16: dynamic quantization of the encoder's linear layers (faster CPU inference)",
+        help="none | qint8 | float16 (torch, dynamic quantization of the encoder's linear layers) | "
+        "onnx | onnx-int8 (the encoder as an ONNX Runtime graph, float32 or int8 weights): faster CPU inference",
     ),
     lexicon: Optional[Path] = typer.Option(
         None,

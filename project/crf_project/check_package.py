@@ -6,8 +6,9 @@ The venv is new; it sees this environment's packages through a ``.pth``
 file (the same idea as ``--system-site-packages``, but for the current venv),
 so nothing is downloaded and pip never resolves a bare ``torch`` requirement.
 The pipeline package is installed with ``--no-deps``; its requirements
-(``spacy-crf``, ``spacy-transformers``, ``spacy``) are then checked to be
-satisfied. A user with internet installs it with torch pinned first::
+(``spacy-crf``, with what its ``[onnx]`` extra brings when the encoder is
+an ONNX graph) are then checked to be satisfied. A user with internet
+installs it with torch pinned first::
 
     pip install torch==2.13.0 && pip install zh_crf_pipeline-0.1.0.tar.gz
 
@@ -35,9 +36,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # n_process=2 forks af
 import importlib.metadata as md, spacy
 from packaging.requirements import Requirement
 reqs = md.requires("zh_crf_pipeline") or []
-for r in map(Requirement, reqs):
+def check(r):
     v = md.version(r.name)
     assert r.specifier.contains(v, prereleases=True), f"{r} not satisfied by {v}"
+    for extra in r.extras:  # spacy-crf[onnx]: what the extra brings must be here too
+        for sub in map(Requirement, md.requires(r.name) or []):
+            if sub.marker is not None and sub.marker.evaluate({"extra": extra}):
+                check(Requirement(str(sub).split(";")[0]))
+for r in map(Requirement, reqs):
+    check(r)
 print("requirements satisfied:", ", ".join(reqs))
 nlp = spacy.load("zh_crf_pipeline")
 print("pipeline:", nlp.pipe_names, "from", nlp.path)
