@@ -72,7 +72,29 @@ PRIVATE_API: Tuple[PrivateAPI, ...] = (
     PrivateAPI("spacy.tokens.Doc", "_vector", "copied to the merged doc", ("merge",)),
     PrivateAPI("spacy.tokens.Doc", "_vector_norm", "copied to the merged doc", ("merge",)),
     PrivateAPI("spacy.cli._util", "app", "spaCy's typer app, which `spacy crf` joins", ("cli.plugin",)),
+    PrivateAPI(
+        "torch.ops.mkldnn",
+        "_is_mkldnn_bf16_supported",
+        "whether torch's CPU matrix products run bfloat16 through oneDNN or in its far slower reference loop",
+        ("autocast",),
+    ),
 )
+
+
+# --- the CPU ----------------------------------------------------------------------
+
+
+def cpu_runs_bfloat16_natively() -> bool:
+    """Whether torch runs bfloat16 matrix products on this CPU through oneDNN
+    (AVX-512 or AMX), as its own dispatch decides. Elsewhere (AVX2 only) it
+    falls back to a reference loop: a training step under bfloat16 autocast
+    took 17x as long as in float32 on such a CPU (docs/results.md)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # torch built without oneDNN
+        return False
 
 
 # --- walking a pipeline's torch models ------------------------------------------
@@ -205,6 +227,7 @@ def _instances() -> Dict[str, Callable[[], object]]:
         "spacy_transformers.layers.hf_shim.HFShim": lambda: HFShim(HFObjects(None, None, None, {}, {})),
         "thinc.optimizers.Optimizer": adam,
         "spacy.tokens.Doc": lambda: Doc(Vocab(), words=["a"]),
+        "torch.ops.mkldnn": lambda: torch.ops.mkldnn,
     }
 
 

@@ -16,6 +16,8 @@ from conftest import hf_model, tiny_ner_pipeline
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
+from spacy_crf._compat import cpu_runs_bfloat16_natively
+from spacy_crf.training import autocast
 from spacy_crf.training.autocast import CPUAutocastShim, as_float32, cpu_autocast
 from spacy_crf.training.freeze import torch_shims
 
@@ -83,7 +85,7 @@ def test_outputs_leave_the_shim_as_float32():
 
 
 def test_bad_settings_are_clear_errors(tiny_bert_dir):
-    with pytest.raises(ValueError, match="dtype must be one of bfloat16, not 'float16'"):
+    with pytest.raises(ValueError, match="dtype must be one of auto, bfloat16, not 'float16'"):
         registry.callbacks.get("spacy_crf.cpu_autocast.v1")(dtype="float16")
     nlp, _ = tiny_ner_pipeline(tiny_bert_dir)
     nlp.get_pipe("transformer").model.layers[0].shims[0]._mixed_precision = True  # before initialize
@@ -145,3 +147,34 @@ def test_the_callback_composes_with_sparse_embeddings_in_spacy_train(tiny_bert_d
     saved = Config().from_disk(tmp_path / "out" / "model-last" / "config.cfg", interpolate=False)
     assert saved["initialize"]["before_init"]["@callbacks"] == "spacy_crf.cpu_autocast.v1"
     assert spacy.load(tmp_path / "out" / "model-last").get_pipe("crf_tagger").labels == ("LOC", "PER")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_autocasts_only_where_the_cpu_runs_bfloat16_natively(tiny_bert_dir, monkeypatch, native):
+    monkeypatch.setattr(autocast, "cpu_runs_bfloat16_natively", lambda: native)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
+    optimizer = nlp.initialize(lambda: examples)
+    assert cpu_autocast(nlp, "auto") == (["transformer"] if native else [])
+    seen = _record_dtypes(nlp)
+    nlp.update(examples, sgd=optimizer, losses={})
+    assert seen == [torch.bfloat16 if native else torch.float32]
+
+
+def test_bfloat16_on_a_cpu_without_it_warns_and_still_autocasts(tiny_bert_dir, monkeypatch):
+    monkeypatch.setattr(autocast, "cpu_runs_bfloat16_natively", lambda: False)
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
+    nlp.initialize(lambda: examples)
+    with pytest.warns(UserWarning, match="without native bfloat16"):
+        assert cpu_autocast(nlp, "bfloat16") == ["transformer"]
+
+
+def test_the_cpu_check_answers_from_torch():
+    # torch's own dispatch: oneDNN runs bfloat16 matmuls given AVX-512 (BW/VL/DQ), AVX512-BF16 or AMX
+    flags = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags")
+    avx512 = {"avx512bw", "avx512vl", "avx512dq"} <= flags or bool({"avx512_bf16", "amx_bf16"} & flags)
+    assert cpu_runs_bfloat16_natively() == avx512

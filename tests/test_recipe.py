@@ -36,7 +36,7 @@ STATED = {
     ("training", "seed"): 0,
     ("corpora", "train", "ents_share"): 0.5,
     ("corpora", "dev", "limit"): 1000,
-    ("initialize", "before_init"): {"@callbacks": "spacy_crf.cpu_autocast.v1", "dtype": "bfloat16"},
+    ("initialize", "before_init"): {"@callbacks": "spacy_crf.cpu_autocast.v1", "dtype": "auto"},
     ("initialize", "after_init"): {"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": WORD_EMBEDDINGS},
 }
 

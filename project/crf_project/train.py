@@ -32,11 +32,11 @@ Shorthands for a variant of a config (both replace what the config says;
 gradient (``spacy_crf.sparse_embeddings.v1`` as the ``[initialize.after_init]``
 callback), or dense Adam without them. ``configs/joint.cfg`` has them.
 
-``--autocast bfloat16|none``: the forward pass of every training update
+``--autocast auto|bfloat16|none``: the forward pass of every training update
 under CPU autocast (``spacy_crf.cpu_autocast.v1`` as the
-``[initialize.before_init]`` callback), or not. ``configs/joint.cfg`` has it;
-``none`` is for a CPU without native bfloat16, where it is emulated and
-slower, and for a GPU, where the callback refuses to run.
+``[initialize.before_init]`` callback), or not. ``configs/joint.cfg`` has it
+with ``auto``: bfloat16 only where the CPU runs it natively (AVX-512, AMX),
+float32 elsewhere and on a GPU.
 
 Either refuses to replace a callback of another kind in its slot.
 
@@ -72,7 +72,7 @@ LOG_OPTION = "--training.logger.output_file"
 LOG_OPTIONS = (LOG_PATH_OPTION, LOG_OPTION)
 AUTOCAST_OPTION = "--initialize.before_init"
 AUTOCAST_CALLBACK = "spacy_crf.cpu_autocast.v1"
-AUTOCAST_DTYPES = ("config", "none", "bfloat16")
+AUTOCAST_DTYPES = ("config", "none", "auto", "bfloat16")
 LAZY_OPTION = "--training.optimizer.lazy_rows"
 SPARSE_OPTION = "--initialize.after_init"
 SPARSE_CALLBACK = "spacy_crf.sparse_embeddings.v1"
@@ -287,7 +287,7 @@ def train_cli(
         "--autocast",
         AUTOCAST_DTYPES,
         help="the encoder's forward pass in training under CPU autocast to this dtype "
-        "(spacy_crf.cpu_autocast.v1; for CPUs with native bfloat16), or none; "
+        "(spacy_crf.cpu_autocast.v1; auto: bfloat16 where the CPU runs it natively), or none; "
         "replaces the config's setting",
     ),
     reuse: str = typer.Option(
