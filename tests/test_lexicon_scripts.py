@@ -43,6 +43,8 @@ def test_build_from_a_word_list(build, tmp_path):
     assert meta["entries"] == 5 and meta["words"] == 2 and meta["max_length"] == 3  # "上 海" is two fields: "上"
     assert meta["source"] == "my_dict.txt" and len(meta["source_sha256"]) == 64
     assert srsly.read_json(tmp_path / "lexicon" / "meta.json") == meta
+    # the source as it is, tags included, for the learned lexicon features
+    assert (tmp_path / "lexicon" / "dict.txt").read_bytes() == source.read_bytes()
 
 
 def test_build_from_jieba(build, tmp_path):

@@ -4,8 +4,10 @@
 
 Writes ``OUT_DIR/words.txt`` (one word of two or more characters per line,
 sorted, no whitespace inside a word: what :class:`spacy_crf.pipeline.lexicon.Lexicon`
-uses) and ``OUT_DIR/meta.json`` (where the words came from: file name,
-SHA-256, package version, word counts).
+uses), ``OUT_DIR/dict.txt`` (the source dictionary as it is, frequencies and
+tags included: what ``spacy_crf.read_tagged_lexicon.v1`` reads for the learned
+lexicon features) and ``OUT_DIR/meta.json`` (where the words came from: file
+name, SHA-256, package version, word counts).
 
 ``jieba`` (default) takes the dictionary that the ``jieba`` package installs
 with itself (``dict.txt``, MIT licence, about 349,000 entries); nothing is
@@ -17,6 +19,7 @@ every dev word not seen in SXU training as unseen.
 """
 
 import hashlib
+import shutil
 from importlib import metadata
 from pathlib import Path
 
@@ -52,6 +55,9 @@ def build(source: str, out_dir: Path) -> dict:
     tmp = out_dir / "words.txt.tmp"
     tmp.write_text("".join(w + "\n" for w in sorted(lexicon.words)), encoding="utf-8")
     tmp.replace(out_dir / "words.txt")
+    tmp = out_dir / "dict.txt.tmp"
+    shutil.copyfile(path, tmp)
+    tmp.replace(out_dir / "dict.txt")
     meta = {
         "source": source if source == "jieba" else path.name,
         "source_file": path.name,
