@@ -186,3 +186,25 @@ def test_speed_times_the_installed_peers_on_the_same_texts(tmp_path, monkeypatch
     assert "ZeroDivisionError" in found["broken"]["error"]
     assert calls[1:] == texts  # one warm-up text, then every text once
     assert "pipeline / peer" in result.output
+
+
+def test_speed_gives_each_process_its_share_of_the_cores(tmp_path, monkeypatch):
+    import os
+
+    import torch
+
+    from spacy_crf import batching
+
+    nlp, _, texts = _pipeline(tmp_path)
+    seen = []
+
+    def pipe_sorted(nlp, texts, **kwargs):  # records the threads the workers would be forked with
+        seen.append((kwargs["n_process"], torch.get_num_threads()))
+        return iter(texts)
+
+    monkeypatch.setattr(batching, "pipe_sorted", pipe_sorted)
+    before = torch.get_num_threads()
+    for n_process in (1, 2):
+        chars_per_second(nlp, texts, batch_size=2, n_process=n_process, repeats=1)
+    assert seen == [(1, before), (2, max(1, (os.cpu_count() or 1) // 2))]
+    assert torch.get_num_threads() == before

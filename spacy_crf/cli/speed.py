@@ -73,17 +73,28 @@ def chars_per_second(
 ) -> float:
     """Median chars/s of ``nlp.pipe`` over ``repeats`` passes, after one
     untimed warm-up batch; with ``sort_buffer``, of
-    :func:`spacy_crf.batching.pipe_sorted` with that buffer."""
+    :func:`spacy_crf.batching.pipe_sorted` with that buffer. With
+    ``n_process`` > 1 each process gets its share of the cores as torch (and
+    ONNX Runtime) threads, as ``spacy crf annotate`` gives them: forked with
+    all of them each, the processes oversubscribe the cores."""
+    import torch
+
     from ..batching import pipe_sorted
 
     list(nlp.pipe(texts[:batch_size], batch_size=batch_size))  # warm-up: lazy init, allocations
     n_chars = sum(map(len, texts))
     rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _doc in pipe_sorted(nlp, texts, batch_size=batch_size, buffer=sort_buffer, n_process=n_process):
-            pass
-        rates.append(n_chars / (time.perf_counter() - start))
+    threads = torch.get_num_threads()
+    if n_process > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n_process))
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _doc in pipe_sorted(nlp, texts, batch_size=batch_size, buffer=sort_buffer, n_process=n_process):
+                pass
+            rates.append(n_chars / (time.perf_counter() - start))
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(rates)
 
 
