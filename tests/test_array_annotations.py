@@ -166,20 +166,3 @@ def test_lexicon_emission_bias_equals_the_per_occurrence_loop_bit_for_bit(nlp, w
             lexicon.emission_bias(doc, tags, weight).tobytes()
             == reference_emission_bias(len(doc), tags, weight, lexicon.matches(doc)).tobytes()
         )
-
-
-def test_doc_text_from_arrays_equals_doc_text(nlp):
-    from spacy.tokens import Doc
-
-    from spacy_crf.ml.doc_text import doc_text
-
-    rng = random.Random(3)
-    for case in range(500):
-        doc = nlp(random_text(rng))
-        assert doc_text(doc) == doc.text, case
-        # word tokens with and without a trailing space (whitespace-tokenized input)
-        words = [random_text(rng, 4) or "x" for _ in range(rng.randint(0, 8))]
-        spaces = [rng.random() < 0.5 for _ in words]
-        doc = Doc(nlp.vocab, words=words, spaces=spaces)
-        assert doc_text(doc) == doc.text, case
-    assert doc_text(nlp("")) == ""

@@ -37,8 +37,6 @@ import srsly
 from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc
 
-from .doc_text import doc_text
-
 #: A word found in a doc: [start, end) in tokens.
 TokenSpan = Tuple[int, int]
 
@@ -156,7 +154,7 @@ class WordLexicon:
             return empty, empty, empty
         automaton, codec, lengths = self._matcher()
         arrays = token_bounds(docs) if bounds is None else bounds
-        texts = [doc_text(doc) for doc in docs]
+        texts = [doc.text for doc in docs]  # spaCy builds a doc's text token by token: once
         text = "\n".join(texts)
         offsets = numpy.zeros((len(docs),), dtype="int64")
         offsets[1:] = numpy.cumsum([len(t) + 1 for t in texts[:-1]])
