@@ -11,7 +11,7 @@ import spacy
 from spacy.attrs import ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Span, SpanGroup
 
-from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, entity_bounds, make_tags, tags_to_spans
+from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, make_tags, tags_to_spans
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.forced_tags import _set_ents_outside
 from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows
@@ -42,20 +42,6 @@ def test_bmes_word_bounds_equal_tags_to_spans_on_random_tags():
 
 def entity_arrays(doc):
     return doc.to_array(ENT_ATTRS).reshape((len(doc), 4)).tolist()
-
-
-@pytest.mark.parametrize("scheme", ["bio", "bioes"])
-def test_entity_bounds_equal_tags_to_spans_on_random_tags(scheme):
-    tags = make_tags(scheme, ["PER", "LOC", "ORG"])
-    rng = random.Random(1)
-    for case in range(3000):
-        n = rng.randint(0, 25)
-        ids = numpy.array([rng.randrange(len(tags)) for _ in range(n)], dtype="int64")
-        outside = numpy.array([rng.random() < 0.15 for _ in range(n)], dtype=bool)
-        seq = [None if space else tags[i] for i, space in zip(ids.tolist(), outside.tolist())]
-        starts, ends, labels = entity_bounds(scheme, ids, outside)
-        got = [(s, e, tags[1 + k * (len(tags) - 1) // 3][2:]) for s, e, k in zip(starts, ends, labels)]
-        assert got == tags_to_spans(scheme, seq), (case, seq)
 
 
 def test_entities_set_through_arrays_equal_set_ents(nlp):

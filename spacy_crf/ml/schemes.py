@@ -292,30 +292,3 @@ def bmes_word_bounds(tag_ids: numpy.ndarray, outside: numpy.ndarray) -> Tuple[nu
     starts = numpy.flatnonzero(opens)
     stops = numpy.append(numpy.flatnonzero(opens | outside), len(ids))
     return starts, stops[numpy.searchsorted(stops, starts, side="right")]
-
-
-def entity_bounds(
-    scheme: str, tag_ids: numpy.ndarray, outside: numpy.ndarray
-) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
-    """The entities of ``bio``/``bioes`` tag ids (ids into ``make_tags(scheme,
-    labels)``) as arrays of starts, ends and label indices (into ``labels``):
-    exactly ``tags_to_spans(scheme, tags)`` with ``None`` where ``outside`` is
-    true (whitespace), repairs included, in array operations. A token
-    continues the span before it when that span is still open (the previous
-    token is a ``B``/``I`` tag), has its label and the token is an ``I``/``E``
-    tag; any other tagged token opens a span, which runs to the next opening,
-    ``O`` or whitespace (an ``E``/``S`` closes it, and the next token then opens
-    or is outside)."""
-    width = 2 if scheme == "bio" else 4
-    ids = numpy.asarray(tag_ids, dtype=numpy.int64).reshape(-1)
-    tagged = (ids != 0) & ~numpy.asarray(outside, dtype=bool).reshape(-1)
-    label, prefix = (ids - 1) // width, (ids - 1) % width  # prefix: index into "BI" / "BIES"
-    still_open = tagged & (prefix <= 1)
-    continues = (prefix == 1) | (prefix == 2)
-    continues[1:] &= still_open[:-1] & (label[1:] == label[:-1])
-    if len(continues):
-        continues[0] = False
-    opens = tagged & ~continues
-    starts = numpy.flatnonzero(opens)
-    stops = numpy.append(numpy.flatnonzero(opens | ~tagged), len(ids))
-    return starts, stops[numpy.searchsorted(stops, starts, side="right")], label[starts]

@@ -279,7 +279,8 @@ class CRFTagger(TrainableHead):
                 words = [Span(doc, s, e) for s, e in zip(starts.tolist(), ends.tolist())]
                 doc.spans[key] = SpanGroup(doc, name=key, spans=words)
                 continue
-            forced.write_entity_ids(doc, self.scheme, tags, numpy.asarray(ids), is_space)
+            seq = [None if space else tags[i] for space, i in zip(is_space.tolist(), numpy.asarray(ids).tolist())]
+            forced.write_entities(doc, self.scheme, seq)
 
     def _is_initialized(self) -> bool:
         return crf_model.is_initialized(self.model)

@@ -27,7 +27,7 @@ import numpy
 from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Doc, Span
 
-from ..ml.schemes import OUTSIDE, entity_bounds, position_tag, tags_to_spans
+from ..ml.schemes import OUTSIDE, position_tag, tags_to_spans
 
 # spaCy's ENT_IOB values
 _IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
@@ -89,19 +89,6 @@ def tag_mask(
             if ent.end < len(doc):
                 mask[ent.end] &= opens
     return mask
-
-
-def write_entity_ids(doc: Doc, scheme: str, tags: Sequence[str], ids: numpy.ndarray, outside: numpy.ndarray) -> None:
-    """:func:`write_entities` from decoded tag ids (into ``tags``), with the
-    tokens where ``outside`` is true in no entity: on a doc without preset
-    entities the spans come from arrays (:func:`spacy_crf.ml.schemes.entity_bounds`),
-    without a Python step per token."""
-    if preset_entity_tokens(doc).any():
-        write_entities(doc, scheme, [None if o else tags[i] for o, i in zip(outside.tolist(), ids.tolist())])
-        return
-    starts, ends, labels = entity_bounds(scheme, ids, outside)
-    names = [tag[2:] for tag in tags[1 : len(tags) : 2 if scheme == "bio" else 4]]  # one per label, in order
-    _set_ents_outside(doc, [(s, e, names[k]) for s, e, k in zip(starts.tolist(), ends.tolist(), labels.tolist())])
 
 
 def write_entities(doc: Doc, scheme: str, tags: List[Optional[str]]) -> None:
