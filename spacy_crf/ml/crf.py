@@ -31,9 +31,10 @@ its gradient stay finite (``-inf - -inf`` is NaN).
 
 from typing import List, NamedTuple, Optional, Tuple
 
-import numpy
 import torch
 from torch import Tensor
+
+from . import viterbi_numpy
 
 # Why -1e30:
 # * every allowed path scores far above it. A path's score is bounded by
@@ -395,33 +396,15 @@ def _search_numpy(step_emissions: Tensor, transitions: Tensor, start: Tensor) ->
     small step (few tags, small batch) the per-op overhead dominates, and
     numpy's is several times smaller than torch's. The same float32 sums in
     the same order, so the states are identical."""
-    emissions = step_emissions.numpy()
-    transitions_from_to = transitions.numpy()[:, :, None]
-    scores = numpy.empty(emissions.shape, dtype=numpy.float32)
-    scores[0] = start.numpy()[:, None] + emissions[0]
-    for t in range(1, len(emissions)):
-        scores[t] = (scores[t - 1][:, None, :] + transitions_from_to).max(axis=0) + emissions[t]
-    return torch.from_numpy(scores)
+    return torch.from_numpy(viterbi_numpy.search(step_emissions.numpy(), transitions.numpy(), start.numpy()))
 
 
 def _backtrace_numpy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
     """Same arguments and result as :func:`_backtrace_bulk`, walking back one
     step at a time (all rows together) and recovering only the backpointers
-    used; batch-major, so that argmax runs over a contiguous last dimension."""
-    steps = scores.transpose(1, 2).contiguous().numpy()  # [T, B, K_from]
-    transitions_to_from = transitions.t().contiguous().numpy()
+    used (:func:`spacy_crf.ml.viterbi_numpy.backtrace`)."""
     real = batch.mask.t().numpy()  # [T, B]
-    num_steps, batch_size = steps.shape[:2]
-    path = numpy.empty((batch_size, num_steps), dtype=numpy.int64)
-    tag = last_tag.numpy()
-    path[:, -1] = tag
-    for t in range(num_steps - 2, -1, -1):
-        # The same float32 sums as in the search, so the argmax lands on a
-        # predecessor that attains the stored maximum.
-        best_previous = (steps[t] + transitions_to_from[tag]).argmax(axis=1)
-        # A row whose step t+1 is padding has not reached its end yet: it keeps its last tag.
-        tag = best_previous if t + 1 < batch.min_length else numpy.where(real[t + 1], best_previous, tag)
-        path[:, t] = tag
+    path = viterbi_numpy.backtrace(scores.numpy(), real, batch.min_length, transitions.numpy(), last_tag.numpy())
     return torch.from_numpy(path)
 
 

@@ -29,7 +29,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from . import crf
+from . import crf, viterbi_numpy
 from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
 
@@ -299,20 +299,9 @@ def crf_loss(
 def _pad_tag_masks(
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], emissions: torch.Tensor
 ) -> Optional[torch.Tensor]:
-    """Per-doc allowed-tag masks (bool ``[n_i, K]``, or None: every tag
-    allowed) -> one bool ``[B, T, K]`` tensor (padding allowed); None when no
-    doc has a mask."""
-    if tag_masks is None or all(m is None for m in tag_masks):
-        return None
-    B, T, K = emissions.shape
-    padded = numpy.ones((B, T, K), dtype=bool)
-    for i, m in enumerate(tag_masks):
-        if m is not None:
-            m = numpy.asarray(m, dtype=bool)
-            if m.ndim != 2 or m.shape[1] != K or m.shape[0] > T:
-                raise ValueError(f"tag mask {i} has shape {m.shape}; expected ({T} or fewer, {K})")
-            padded[i, : len(m)] = m
-    return torch.as_tensor(padded, device=emissions.device)
+    """:func:`spacy_crf.ml.viterbi_numpy.pad_tag_masks`, as a tensor on the emissions' device."""
+    padded = viterbi_numpy.pad_tag_masks(tag_masks, *emissions.shape)
+    return None if padded is None else torch.as_tensor(padded, device=emissions.device)
 
 
 def _inference(
@@ -362,6 +351,10 @@ def decode(
     tag_masks: per doc, None or a bool ``[n, K]`` array of the tags allowed at
         each position; a position with one allowed tag is forced, and the rest
         of the path is decoded around it (``crf.viterbi``'s ``tag_mask``)."""
+    if model.attrs.get("use_crf", True) and scores and all(isinstance(s, numpy.ndarray) for s in scores):
+        layer = model.get_ref("crf")  # on CPU: the same paths without torch's per-op cost
+        start, end = (layer.get_param(n) if layer.has_param(n) else None for n in (START, END))
+        return viterbi_numpy.decode(scores, layer.get_param(TRANSITIONS), start, end, constraints, tag_masks)
     return _inference(
         model,
         scores,

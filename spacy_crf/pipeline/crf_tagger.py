@@ -217,12 +217,9 @@ class CRFTagger(TrainableHead):
         scores = self.model.predict(docs)
         weight = self.cfg.get("lexicon_weight", 0.0)
         if self.lexicon is not None and weight:
-            tags = self.tags
             ops = self.model.ops
-            scores = [
-                s + ops.asarray2f(self.lexicon.emission_bias(doc, tags, weight))  # type: ignore[arg-type]
-                for s, doc in zip(scores, docs)
-            ]
+            biases = self.lexicon.emission_biases(docs, self.tags, weight)
+            scores = [s + ops.asarray2f(bias) for s, bias in zip(scores, biases)]  # type: ignore[arg-type]
         return _decoding.add_prior(self, docs, scores)
 
     def set_lexicon(self, words: Optional[Iterable[str]], weight: float = 1.0) -> None:

@@ -42,26 +42,41 @@ class Lexicon(WordLexicon):
         ``[len(doc), len(tags)]`` over the BMES ``tags`` (in the model's order).
         ``matches``: ``self.matches(doc)``, if the caller has it already
         (spans of one or more tokens)."""
-        columns = {tag: i for i, tag in enumerate(tags)}
-        missing = [t for t in "BME" if t not in columns]
-        if missing:
-            raise ValueError(f"lexicon: the tags {list(tags)} lack {missing}: a lexicon needs the bmes scheme")
-        bias = numpy.zeros((len(doc), len(tags)), dtype="float32")
         found = numpy.asarray(self.matches(doc) if matches is None else matches, dtype=numpy.int64).reshape((-1, 2))
-        if not len(found):
-            return bias
-        # How many occurrences begin, continue and end at each token (M: the
-        # tokens strictly inside), then the float32 sum of that many weights,
-        # as adding the weight once per occurrence gives it.
-        n, starts, ends = len(doc), found[:, 0], found[:, 1]
-        longer = found[ends - starts >= 2]  # a one-token span has no inside
-        steps = numpy.bincount(longer[:, 0] + 1, minlength=n + 1) - numpy.bincount(longer[:, 1] - 1, minlength=n + 1)
-        inside = numpy.cumsum(steps)
-        counts = [numpy.bincount(starts, minlength=n), inside[:n], numpy.bincount(ends - 1, minlength=n)]
-        sums = _repeated_sums(weight, max(int(c.max()) for c in counts))
-        for tag, count in zip("BME", counts):
-            bias[:, columns[tag]] = sums[count]
+        return _bias(len(doc), found[:, 0], found[:, 1], tags, weight)
+
+    def emission_biases(self, docs: Sequence[Doc], tags: Sequence[str], weight: float) -> List[numpy.ndarray]:
+        """:meth:`emission_bias` of each doc, matched in one pass over the
+        batch: a doc's bias depends only on the occurrences inside it, and
+        the matcher numbers tokens across the batch."""
+        if not docs:
+            return []
+        starts, ends, _ = self.match_arrays(docs)
+        lengths = [len(doc) for doc in docs]
+        bias = _bias(sum(lengths), starts, ends, tags, weight)
+        return numpy.split(bias, numpy.cumsum(lengths)[:-1])
+
+
+def _bias(n: int, starts: numpy.ndarray, ends: numpy.ndarray, tags: Sequence[str], weight: float) -> numpy.ndarray:
+    """The prior over ``n`` tokens for the occurrences [starts, ends)."""
+    columns = {tag: i for i, tag in enumerate(tags)}
+    missing = [t for t in "BME" if t not in columns]
+    if missing:
+        raise ValueError(f"lexicon: the tags {list(tags)} lack {missing}: a lexicon needs the bmes scheme")
+    bias = numpy.zeros((n, len(tags)), dtype="float32")
+    if not len(starts):
         return bias
+    # How many occurrences begin, continue and end at each token (M: the
+    # tokens strictly inside), then the float32 sum of that many weights,
+    # as adding the weight once per occurrence gives it.
+    longer = ends - starts >= 2  # a one-token span has no inside
+    steps = numpy.bincount(starts[longer] + 1, minlength=n + 1) - numpy.bincount(ends[longer] - 1, minlength=n + 1)
+    inside = numpy.cumsum(steps)
+    counts = [numpy.bincount(starts, minlength=n), inside[:n], numpy.bincount(ends - 1, minlength=n)]
+    sums = _repeated_sums(weight, max(int(c.max()) for c in counts))
+    for tag, count in zip("BME", counts):
+        bias[:, columns[tag]] = sums[count]
+    return bias
 
 
 def _repeated_sums(weight: float, most: int) -> numpy.ndarray:

@@ -225,8 +225,9 @@ def merge_words(
             doc.spans[unaligned_ents_key] = SpanGroup(doc, name=unaligned_ents_key, attrs={CHAR_OFFSETS: []})
         return doc
     # new_index[i]: the new token that holds character token i (new_index[n]:
-    # n_new). Span boundaries map through it, as each is a token start or n.
-    new_index = numpy.append(numpy.repeat(numpy.arange(n_new), numpy.diff(starts)), n_new)
+    # n_new), the number of token starts up to i, less one. Span boundaries
+    # map through it, as each is a token start or n.
+    new_index = numpy.cumsum(cut) - 1
     char_start, char_end = char_offsets(doc)
     # under keep_words the characters of unaligned entities become "O" (their
     # entities move to the group)
@@ -291,9 +292,8 @@ def _token_starts(
             cut[group_bounds.ravel()] = True
     if n:
         # inner[i]: token i continues the word of token i - 1.
-        steps = numpy.zeros(n + 1, dtype=numpy.int64)
-        numpy.add.at(steps, starts_sorted + 1, 1)
-        numpy.add.at(steps, ends_sorted, -1)
+        # (bincount: numpy.add.at costs microseconds per call even on a few words)
+        steps = numpy.bincount(starts_sorted + 1, minlength=n + 1) - numpy.bincount(ends_sorted, minlength=n + 1)
         inner = numpy.cumsum(steps[:n]) > 0
         layout = doc.to_array([SPACY, IS_SPACE]).astype(bool)
         space_before = numpy.zeros(n, dtype=bool)
