@@ -288,3 +288,32 @@ def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
     tuning.write_text('{"weights": []}', encoding="utf-8")
     with pytest.raises(ValueError, match="lexicon.json': no chosen weight"):
         lexicon_weight_from(words_file, None, tuning)
+
+
+def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, tmp_path, capsys, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from conftest import load_script
+    from spacy.tokens import DocBin
+
+    assemble(trained_dirs / "cws", trained_dirs / "ner").to_disk(tmp_path / "pipeline")
+    texts = DocBin(docs=[spacy.blank("zh").make_doc(t) for t in ["张三去上海", "我在北京工作。", ""]])
+    texts.to_disk(tmp_path / "dev.spacy")
+    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_crf_side.py")
+    argv = [
+        str(tmp_path / "pipeline"),
+        str(tmp_path / "dev.spacy"),
+        "--repeats",
+        "2",
+        "--output",
+        str(tmp_path / "b.json"),
+    ]
+    monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv])
+    script.main()
+    out = capsys.readouterr().out
+    assert "3 texts, 12 chars, 2 repeats" in out and "CRF side" in out
+    record = json.loads((tmp_path / "b.json").read_text(encoding="utf8"))
+    # the encoder ran once before timing: only the steps after it are timed
+    assert list(record["per_1k_chars"]) == ["segmenter", "crf_ner", "merge_words"]
+    assert all(len(v) == 2 and all(x >= 0 for x in v) for v in record["per_1k_chars"].values())
