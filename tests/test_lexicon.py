@@ -78,37 +78,39 @@ def _reference_matches(lexicon, doc):
     return found
 
 
+RANDOM_CHARS = "上海市长江大桥一二"
+
+
+def _random_lexicon(rng):
+    words = {"".join(rng.choice(RANDOM_CHARS) for _ in range(rng.randint(2, 5))) for _ in range(40)}
+    return Lexicon(words | {"上海", "海市", "上海市长"})
+
+
+def _random_doc(rng, vocab):
+    """Up to 25 tokens of one or two characters, some of them spaces, some with a trailing space."""
+    tokens = [
+        "".join(rng.choice(RANDOM_CHARS) for _ in range(rng.choice([1, 1, 1, 2]))) for _ in range(rng.randint(0, 25))
+    ]
+    tokens = [t if rng.random() > 0.05 else " " for t in tokens]  # space tokens
+    return Doc(vocab, words=tokens, spaces=[rng.random() < 0.1 for _ in tokens])
+
+
 def test_matches_agree_with_the_definition_on_random_docs():
     rng = random.Random(0)
-    chars = "上海市长江大桥一二"
-    words = {"".join(rng.choice(chars) for _ in range(rng.randint(2, 5))) for _ in range(40)}
-    lexicon = Lexicon(words | {"上海", "海市", "上海市长"})
+    lexicon = _random_lexicon(rng)
     vocab = spacy.blank("zh").vocab
     for _ in range(200):
-        tokens = [
-            "".join(rng.choice(chars) for _ in range(rng.choice([1, 1, 1, 2]))) for _ in range(rng.randint(0, 25))
-        ]
-        tokens = [t if rng.random() > 0.05 else " " for t in tokens]  # space tokens
-        spaces = [rng.random() < 0.1 for _ in tokens]
-        doc = Doc(vocab, words=tokens, spaces=spaces)
+        doc = _random_doc(rng, vocab)
         assert lexicon.matches(doc) == _reference_matches(lexicon, doc), doc.text
 
 
 def test_batch_emission_biases_equal_each_docs_bias_on_random_docs():
     rng = random.Random(1)
-    chars = "上海市长江大桥一二"
-    words = {"".join(rng.choice(chars) for _ in range(rng.randint(2, 5))) for _ in range(40)}
-    lexicon = Lexicon(words | {"上海", "海市", "上海市长"})
+    lexicon = _random_lexicon(rng)
     vocab = spacy.blank("zh").vocab
     tags = ["E", "B", "S", "M"]  # any order: columns follow the tags
     for case in range(50):
-        docs = []
-        for _ in range(rng.randint(1, 8)):
-            tokens = [
-                "".join(rng.choice(chars) for _ in range(rng.choice([1, 1, 1, 2]))) for _ in range(rng.randint(0, 25))
-            ]
-            tokens = [t if rng.random() > 0.05 else " " for t in tokens]
-            docs.append(Doc(vocab, words=tokens, spaces=[rng.random() < 0.1 for _ in tokens]))
+        docs = [_random_doc(rng, vocab) for _ in range(rng.randint(1, 8))]
         weight = rng.choice([0.3, 1.0, 2.5])
         batch = lexicon.emission_biases(docs, tags, weight)
         assert len(batch) == len(docs)
