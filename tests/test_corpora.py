@@ -24,6 +24,7 @@ from spacy_crf.corpora import (
     CorpusWarning,
     SplitError,
     carve_dev,
+    carve_lines,
     convert_corpus,
     create_char_corpus_reader,
     dev_blocks,
@@ -652,6 +653,51 @@ def test_convert_carves_blocks_by_default_and_reports_the_dev_rates(tmp_path, nl
         convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, carve="random")
 
 
+def test_convert_can_also_carve_a_line_dev_from_what_the_blocks_leave(tmp_path, nlp):
+    # one model scored on both carves needs a training part that holds neither: 8 articles of 5 lines,
+    # each line with its article's name
+    lines = [f"名{a}  说  第{i}  。" for a in range(8) for i in range(5)]
+    path = write(tmp_path, "train.txt", "\n".join(lines) + "\n")
+    out, dev, dev_lines = tmp_path / "train.spacy", tmp_path / "dev.spacy", tmp_path / "dev_lines.spacy"
+    stats = convert_corpus(
+        "sighan",
+        path,
+        out,
+        max_chars=0,
+        dev_output=dev,
+        dev_ratio=0.25,
+        seed=0,
+        block_size=10,
+        lines_dev_output=dev_lines,
+    )
+    blocks_train, block_dev = carve_dev(lines, 0.25, 0, block_size=10)
+    rest, line_dev = carve_lines(blocks_train, len(block_dev), 0)
+    clean = [[l.replace("  ", "") for l in part] for part in (rest, block_dev, line_dev)]
+    assert [[d.text for d in load(p, nlp)] for p in (out, dev, dev_lines)] == clean
+    assert sorted(sum(clean, [])) == sorted(l.replace("  ", "") for l in lines)  # every line once
+    assert len(line_dev) == len(block_dev) == 10 and len(rest) == 20
+    assert stats["carve"]["lines_dev"] == 10 and stats["outputs"]["dev_lines"]["written"]["docs"] == 10
+    vocab = {t.text for d in load(out, nlp) for t in d}
+    for key, part in (("dev_rates", dev), ("lines_dev_rates", dev_lines)):
+        words = [t.text for d in load(part, nlp) for t in d]
+        assert stats[key]["oov"] == sum(w not in vocab for w in words)  # against the training part that is written
+    # single lines keep their article's name in training: the line dev is the easier one
+    assert stats["lines_dev_rates"]["oov_rate"] < stats["dev_rates"]["oov_rate"]
+    with pytest.raises(ValueError, match="lines_dev_output needs a block-carved dev"):
+        convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, carve="lines", lines_dev_output=dev_lines)
+    with pytest.raises(ValueError, match="lines_dev_output needs a block-carved dev"):
+        convert_corpus("sighan", path, out, max_chars=0, lines_dev_output=dev_lines)
+    with pytest.raises(ValueError, match="leaves no training docs"):
+        convert_corpus("sighan", path, out, max_chars=0, dev_output=dev, dev_ratio=0.5, lines_dev_output=dev_lines)
+
+
+def test_carve_lines_draws_a_count_of_single_docs():
+    assert carve_lines(list(range(50)), 10, seed=3) == carve_dev(list(range(50)), 0.2, seed=3, carve="lines")
+    assert carve_lines(list(range(5)), 0, seed=3) == (list(range(5)), [])
+    with pytest.raises(ValueError, match="cannot carve 6 dev docs from 5"):
+        carve_lines(list(range(5)), 6, seed=0)
+
+
 def test_cli_carve_options(tmp_path, nlp):
     src = write(tmp_path, "train.txt", "".join(f"第{i}  句  。\n" for i in range(20)))
     runner = CliRunner()
@@ -684,6 +730,13 @@ def test_cli_carve_options(tmp_path, nlp):
         assert result.exit_code == 2 and needle in " ".join(result.output.split()), (args, result.output)
     result = runner.invoke(_cli(), base[:5] + ["--carve", "lines"])  # no --dev-output: nothing to carve
     assert result.exit_code == 2 and "only applies with --dev-output" in " ".join(result.output.split())
+    both = base + ["--block-size", "5", "--lines-dev-output", str(tmp_path / "l.spacy")]
+    result = runner.invoke(_cli(), both)
+    assert result.exit_code == 0 and "single lines drawn from the rest" in result.output, result.output
+    assert len(load(tmp_path / "l.spacy", nlp)) == len(load(tmp_path / "d.spacy", nlp)) == 5
+    assert len(load(tmp_path / "t.spacy", nlp)) == 10
+    result = runner.invoke(_cli(), base + ["--carve", "lines", "--lines-dev-output", str(tmp_path / "l.spacy")])
+    assert result.exit_code == 2 and "only applies with --carve blocks" in " ".join(result.output.split())
 
 
 def test_convert_ner_round_trip_and_limit(tmp_path, nlp):

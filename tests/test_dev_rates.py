@@ -144,3 +144,26 @@ def test_manifest_reports_the_rates_of_every_dev_split(tmp_path, monkeypatch, ca
     assert entry["rates"]["dev"]["words"] == 80 and entry["rates"]["dev"]["oov_rate"] >= 0.25
     assert entry["rates"]["test"] == {"words": 4, "oov": 1, "oov_rate": 0.25}
     assert "sxu: dev OOV rate" in capsys.readouterr().out
+
+
+def test_manifest_with_a_line_dev_reports_both_carves_against_one_training_part(tmp_path, monkeypatch):
+    assets = tmp_path / "assets"
+    (assets / "cws" / "sxu").mkdir(parents=True)
+    (assets / "cws" / "sxu" / "train.txt").write_text(SXU, encoding="utf8")
+    out = tmp_path / "corpus"
+    script = load_script(PROJECT_PACKAGE / "convert_corpora.py")
+    argv = ["convert_corpora.py", "--assets", str(assets), "--out", str(out), "--only", "sxu", "--block-size", "20"]
+    monkeypatch.setattr(sys, "argv", argv + ["--lines-dev"])
+    with pytest.raises(SystemExit, match="counts differ"):  # a tiny file, as above
+        script.main()
+    entry = json.loads((out / "manifest.json").read_text(encoding="utf8"))["sxu"]
+    assert entry["dev_lines"] == str(out / "sxu" / "dev_lines.spacy") and "dev_lines" in entry["dev_note"]
+    assert entry["carve"]["lines_dev"] == 20
+    assert entry["rates"]["dev_lines"] == file_rates("cws", entry["train"], entry["dev_lines"])
+    assert entry["rates"]["dev"] == file_rates("cws", entry["train"], entry["dev"])
+    # 20 articles of 10 lines: a block of 20 lines is two unseen articles, a single line never is
+    assert entry["rates"]["dev_lines"]["oov_rate"] == 0 and entry["rates"]["dev"]["oov_rate"] >= 0.25
+    monkeypatch.setattr(sys, "argv", argv[:-2] + ["--carve", "lines", "--lines-dev"])
+    with pytest.raises(SystemExit) as exc:
+        script.main()
+    assert exc.value.code == 2

@@ -131,6 +131,25 @@ def test_compare_reuses_the_shipped_run():
     assert workflow.index("train-joint") < workflow.index("lexicon-tune")
 
 
+def test_dev_carves_holds_out_the_ship_projects_dev_and_trains_its_recipe():
+    # the block dev of dev-carves must be the shipped dev (same options and seed), with the line dev
+    # added; its training run is the recipe, only on the smaller training part
+    ship, studies = _scripts(SHIP), _scripts(STUDIES)
+    corpus = _as_shipped(studies["dev-carves-corpus"])
+    shipped_corpus = ship["corpus"]
+    flag_values = lambda argv, names: [argv[argv.index(n) + 1] for n in names]  # noqa: E731
+    carve = ["--max-chars", "--dev-ratio", "--seed", "--carve", "--block-size", "--limit"]
+    assert flag_values(corpus, carve) == flag_values(shipped_corpus, carve)
+    assert "--lines-dev" in corpus and "--lines-dev" not in shipped_corpus
+    train = [a.replace("corpus_carves/", "corpus/") for a in studies["dev-carves-train"]]
+    ablation = studies["lexicon-ablation-off"]
+    output = lambda argv: argv.index("../../configs/joint.cfg") + 1  # noqa: E731
+    assert train[output(train)] == "../${vars.out}/training/dev_carves/seed${vars.seed}"
+    assert [a for i, a in enumerate(train) if i != output(train)] == [
+        a for i, a in enumerate(ablation) if i != output(ablation)
+    ]
+
+
 def test_check_script_help_runs():
     result = subprocess.run(
         [sys.executable, str(ROOT / "project" / "crf_project"), "convert-corpora", "--help"],

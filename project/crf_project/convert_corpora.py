@@ -1,7 +1,7 @@
 """Convert every available corpus to ``.spacy`` and check the counts.
 
     python crf_project convert-corpora --assets assets --out corpus [--limit N] [--max-chars 256] \
-        [--carve blocks --block-size 200 | --carve lines]
+        [--carve blocks --block-size 200 [--lines-dev] | --carve lines]
 
 Calls :func:`spacy_crf.corpora.convert_corpus` (the function behind
 ``python -m spacy_crf convert-corpus``) for each corpus: CWS docs are
@@ -11,7 +11,9 @@ ends (never inside a word or entity) so that they fit the transformer window.
 Where a corpus has no dev file, a dev split is carved from train with a fixed
 seed, as random blocks of consecutive lines (``--carve blocks``; ``lines``:
 random single lines, the carve of earlier versions, which makes dev easier
-than the test). For every corpus with a dev split the manifest reports how
+than the test; ``--lines-dev`` also carves that old kind of dev set from
+what the blocks leave, as ``dev_lines.spacy``, so that one model trained
+without either is scored on both). For every corpus with a dev split the manifest reports how
 much of it the training part already holds (``rates``): the OOV rate of its
 words (CWS) and the share of its entities also in training (NER), and the
 same for the test split where its file is there. The counts read from each *whole* file are compared with those
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import typer
 
+from crf_project.paths import MANIFEST_PATHS, to_ship
 from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
@@ -104,11 +107,19 @@ def convert_corpora_cli(
     carve: str = choice_option("blocks", "--carve", CARVES, help="how dev splits are carved"),
     block_size: int = typer.Option(DEFAULT_BLOCK_SIZE, "--block-size", help="lines per dev block (--carve blocks)"),
     only: str = typer.Option("", "--only", help="comma-separated corpus names (default: all)"),
+    lines_dev: bool = typer.Option(
+        False,
+        "--lines-dev",
+        help="where dev is carved in blocks, also carve as many random single lines from the rest into "
+        "dev_lines.spacy (the carve of earlier versions), out of training too, to score one model on both",
+    ),
 ) -> None:
     check_option("--limit", limit, minimum=0, hint="0: all docs")
     check_option("--max-chars", max_chars, minimum=0, hint="0: no splitting")
     check_option("--dev-ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
     check_option("--block-size", block_size, minimum=1)
+    if lines_dev and carve != "blocks":
+        raise typer.BadParameter("only applies with --carve blocks", param_hint="--lines-dev")
     if not Path(assets_dir).is_dir():
         raise typer.BadParameter(f"{assets_dir}: no such directory", param_hint="--assets")
     assets, out = Path(assets_dir), Path(out_dir)
@@ -132,18 +143,24 @@ def convert_corpora_cli(
         entry = {"task": task}
         if train:
             if dev is None:
+                lines_output = out / name / "dev_lines.spacy" if lines_dev else None
                 stats = run(
                     train,
                     fmt,
                     out / name / "train.spacy",
                     dev_output=out / name / "dev.spacy",
                     dev_ratio=dev_ratio,
+                    lines_dev_output=lines_output,
                     limit=limit_docs,
                 )
                 how = f"blocks of {block_size} lines" if carve == "blocks" else "single lines"
                 entry["dev_note"] = f"carved from train: ratio {dev_ratio}, seed {seed}, {how}"
                 entry["carve"] = stats["carve"]
                 rates = {"dev": stats["dev_rates"]}
+                if lines_output is not None:
+                    entry["dev_lines"] = str(lines_output)
+                    entry["dev_note"] += "; dev_lines: as many single lines from the rest, out of training too"
+                    rates["dev_lines"] = stats["lines_dev_rates"]
             else:
                 stats = run(train, fmt, out / name / "train.spacy", limit=limit_docs)
                 run(dev, fmt, out / name / "dev.spacy", limit=limit_docs)
@@ -175,6 +192,9 @@ def convert_corpora_cli(
         elif task == "cws":
             entry["dictionary"] = entry["train"]
         manifest[name] = entry
+    # paths as the ship project's folder sees them, wherever this ran (load_manifest reads them back)
+    for entry in manifest.values():
+        entry.update({k: to_ship(entry[k]) for k in MANIFEST_PATHS if isinstance(entry.get(k), str)})
     write_json_atomic(out / "manifest.json", manifest)
     if errors:
         sys.exit("counts differ from the data README:\n  " + "\n  ".join(errors))

@@ -15,7 +15,7 @@ import srsly
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 #: The manifest entries' keys that name files.
-MANIFEST_PATHS = ("train", "dev", "eval", "dictionary", "test")
+MANIFEST_PATHS = ("train", "dev", "dev_lines", "eval", "dictionary", "test")
 
 
 def to_ship(item: str) -> str:

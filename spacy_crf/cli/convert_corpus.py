@@ -39,6 +39,11 @@ def convert_corpus_cli(
         "--block-size",
         help=f"Docs per dev block of --carve blocks, >= 1 (default {DEFAULT_BLOCK_SIZE}; only with --dev-output)",
     ),
+    lines_dev_output: Optional[Path] = typer.Option(
+        None,
+        "--lines-dev-output",
+        help="Also carve, from what the dev blocks leave, as many random single docs into this .spacy file (a second dev set in the carve of earlier versions, held out of training too; only with --carve blocks)",
+    ),
     limit: Optional[int] = typer.Option(
         None, "--limit", help="Keep only the first N >= 1 docs (smoke runs; default: all)"
     ),
@@ -52,7 +57,8 @@ def convert_corpus_cli(
     ordered by article, random single docs (--carve lines) leave their
     neighbours in training and make dev easier than a test set. The share
     of dev words (CWS) or entities (NER) also in the training part is
-    printed.
+    printed. --lines-dev-output adds a second dev set of random single docs
+    carved from the rest, so that one model can be scored on both carves.
 
     Invalid options, an output that is the input or the other output, and
     an empty corpus are errors, checked before anything is written; each
@@ -73,6 +79,7 @@ def convert_corpus_cli(
         ("--seed", seed),
         ("--carve", carve),
         ("--block-size", block_size),
+        ("--lines-dev-output", lines_dev_output),
     ):
         if value is not None and dev_output is None:
             raise typer.BadParameter("only applies with --dev-output (it carves the dev set)", param_hint=option)
@@ -83,6 +90,8 @@ def convert_corpus_cli(
         raise typer.BadParameter(f"must be one of {', '.join(CARVES)}, got {carve!r}", param_hint="--carve")
     if block_size is not None and carve != "blocks":
         raise typer.BadParameter("only applies with --carve blocks", param_hint="--block-size")
+    if lines_dev_output is not None and carve != "blocks":
+        raise typer.BadParameter("only applies with --carve blocks", param_hint="--lines-dev-output")
     block_size = DEFAULT_BLOCK_SIZE if block_size is None else block_size
     check_option("--block-size", block_size, minimum=1)
     check_option("--dev-ratio", dev_ratio, minimum=0, maximum=1, max_open=True)
@@ -99,6 +108,7 @@ def convert_corpus_cli(
             seed=seed,
             carve=carve,
             block_size=block_size,
+            lines_dev_output=lines_dev_output,
             limit=limit,
         )
     except (CorpusFormatError, SplitError, ValueError, OSError) as err:

@@ -60,7 +60,7 @@ from .cluener import MENTIONS_KEY, read_cluener
 from .convert import FORMATS, convert_corpus, corpus_counts, read_corpus
 from .readers import CharCorpus, JointCorpus, create_char_corpus_reader, create_joint_corpus_reader
 from .sighan import read_sighan, read_word_list, read_word_set
-from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, SplitError, carve_dev, dev_blocks, split_long
+from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, SplitError, carve_dev, carve_lines, dev_blocks, split_long
 
 __all__ = [
     "CARVES",
@@ -75,6 +75,7 @@ __all__ = [
     "PathLike",
     "SplitError",
     "carve_dev",
+    "carve_lines",
     "char_tokenizer",
     "dev_blocks",
     "convert_corpus",

@@ -18,7 +18,7 @@ from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import read_cluener
 from .rates import split_rates
 from .sighan import read_sighan
-from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, carve_dev, split_long
+from .split import CARVES, CUT_KINDS, DEFAULT_BLOCK_SIZE, carve_dev, carve_lines, split_long
 
 FORMATS = ("sighan", "bio", "bmes", "weibo", "cluener")
 
@@ -123,6 +123,7 @@ def convert_corpus(
     seed: int = 0,
     carve: str = "blocks",
     block_size: int = DEFAULT_BLOCK_SIZE,
+    lines_dev_output: Optional[PathLike] = None,
     limit: Optional[int] = None,
     max_warnings: int = 10,
 ) -> Dict[str, object]:
@@ -140,7 +141,15 @@ def convert_corpus(
     a carved dev, its settings (``carve``) and how much of it training has
     seen (``dev_rates``, :func:`~.rates.split_rates`). The
     reader's own counts (blank lines, repairs) are under ``reader`` and the
-    number of warnings under ``warnings``. Splitting is checked to keep every
+    number of warnings under ``warnings``.
+
+    ``lines_dev_output`` (with ``dev_output`` and ``carve="blocks"`` only)
+    also carves, after the block dev, as many single docs at random from
+    what is left (:func:`~.split.carve_lines`, same ``seed``) into a second
+    dev set, written there (``outputs["dev_lines"]``, rates in
+    ``lines_dev_rates``). Training then excludes both, so that one trained
+    model can be scored on the carve of earlier versions and on the block
+    carve: the difference is how much easier random lines make dev. Splitting is checked to keep every
     character, word and entity.
 
     Everything is checked before anything is written, and nothing partial is
@@ -155,7 +164,9 @@ def convert_corpus(
     check_convert_options(
         fmt, max_chars=max_chars, dev_ratio=dev_ratio, seed=seed, limit=limit, carve=carve, block_size=block_size
     )
-    check_output_paths([input_path], [output_path, dev_output])
+    if lines_dev_output is not None and (dev_output is None or carve != "blocks"):
+        raise ValueError("lines_dev_output needs a block-carved dev set: give dev_output and carve='blocks'")
+    check_output_paths([input_path], [output_path, dev_output, lines_dev_output])
     is_cws = fmt == "sighan"
     stats: Dict[str, object] = {"format": fmt, "input": str(input_path)}
     docs = _read(fmt, input_path, stats, max_warnings)
@@ -176,8 +187,25 @@ def convert_corpus(
                 f"{len(train)} training and {len(dev)} dev docs; both need at least one"
             )
         parts = [("train", train, output_path), ("dev", dev, dev_output)]
-        stats["dev_rates"] = split_rates("cws" if is_cws else "ner", train, dev)
+        if lines_dev_output is not None:
+            train, lines_dev = carve_lines(train, len(dev), seed)
+            if not train:
+                raise ValueError(
+                    f"{input_path}: carving two dev sets of {len(dev)} docs from {len(docs)} docs leaves no training docs"
+                )
+            carved["lines_dev"] = len(lines_dev)
+            parts = [
+                ("train", train, output_path),
+                ("dev", dev, dev_output),
+                ("dev_lines", lines_dev, lines_dev_output),
+            ]
+        task = "cws" if is_cws else "ner"
+        stats["dev_rates"] = split_rates(task, train, dev)
         _print_rates(stats["dev_rates"])  # type: ignore[arg-type]
+        if lines_dev_output is not None:
+            stats["lines_dev_rates"] = split_rates(task, train, parts[2][1])
+            msg.info("the second dev set, single lines drawn from the rest:")
+            _print_rates(stats["lines_dev_rates"])  # type: ignore[arg-type]
     else:
         parts = [("output", docs, output_path)]
     how = (
@@ -186,7 +214,11 @@ def convert_corpus(
         else None
     )
     # split every part before writing any, so that a SplitError leaves no output behind
-    prepared = [_split_part(name, part, path, max_chars, is_cws, how) for name, part, path in parts]
+    lines_how = f"as many single lines drawn from the rest, seed {seed}"
+    prepared = [
+        _split_part(name, part, path, max_chars, is_cws, lines_how if name == "dev_lines" else how)
+        for name, part, path in parts
+    ]
     stats["outputs"] = _write(prepared, max_chars)
     return stats
 

@@ -4,7 +4,7 @@ dev set out of a training corpus."""
 import random
 import unicodedata
 from collections import Counter
-from typing import List, Optional, Sequence, Tuple, TypeVar
+from typing import List, Optional, Sequence, Set, Tuple, TypeVar
 
 from spacy.tokens import Doc, Span, SpanGroup
 
@@ -191,9 +191,22 @@ def carve_dev(
     docs = list(docs)
     n_dev = dev_size(len(docs), ratio)
     if carve == "lines":
-        dev_ids = set(random.Random(seed).sample(range(len(docs)), n_dev))
-    else:
-        dev_ids = {i for start, end in dev_blocks(len(docs), n_dev, block_size, seed) for i in range(start, end)}
+        return carve_lines(docs, n_dev, seed)
+    dev_ids = {i for start, end in dev_blocks(len(docs), n_dev, block_size, seed) for i in range(start, end)}
+    return _parts(docs, dev_ids)
+
+
+def carve_lines(docs: Sequence[T], n_dev: int, seed: int) -> Tuple[List[T], List[T]]:
+    """Split docs into (train, dev) with ``n_dev`` single docs drawn at random
+    with ``seed`` into dev (``carve_dev``'s ``"lines"`` carve, by count).
+    Both parts keep the original order."""
+    docs = list(docs)
+    if not 0 <= n_dev <= len(docs):
+        raise ValueError(f"cannot carve {n_dev} dev docs from {len(docs)}")
+    return _parts(docs, set(random.Random(seed).sample(range(len(docs)), n_dev)))
+
+
+def _parts(docs: Sequence[T], dev_ids: Set[int]) -> Tuple[List[T], List[T]]:
     train = [doc for i, doc in enumerate(docs) if i not in dev_ids]
     dev = [doc for i, doc in enumerate(docs) if i in dev_ids]
     return train, dev
