@@ -38,6 +38,8 @@ STATED = {
     ("corpora", "dev", "limit"): 1000,
     ("initialize", "before_init"): {"@callbacks": "spacy_crf.cpu_autocast.v1", "dtype": "auto"},
     ("initialize", "after_init"): {"@callbacks": "spacy_crf.sparse_embeddings.v1", "patterns": WORD_EMBEDDINGS},
+    ("components", "segmenter", "model", "lexicon_width"): 32,
+    ("components", "crf_ner", "model", "lexicon_width"): 32,
 }
 
 
@@ -60,7 +62,16 @@ def test_the_readmes_state_the_recipe_of_the_config():
         at = text.find("`configs/joint.cfg` is the recipe")
         assert at >= 0, f"{readme.name}: no sentence stating the recipe"
         paragraph = " ".join(text[at : text.find("\n\n", at)].split())
-        for figure in ("14,000 steps", "3e-4", "1,400 warmup", "1,150", "lazy", "bfloat16", "1,000 dev docs"):
+        for figure in (
+            "14,000 steps",
+            "3e-4",
+            "1,400 warmup",
+            "1,150",
+            "lazy",
+            "bfloat16",
+            "1,000 dev docs",
+            "lexicon features of width 32",
+        ):
             assert figure in paragraph, f"{readme.name}: {figure!r} missing from {paragraph!r}"
 
 
@@ -105,6 +116,8 @@ def test_spacy_debug_config_passes_on_the_shipped_config(tiny_bert_dir, tmp_path
     from typer.testing import CliRunner
 
     words, ents = _tiny_corpora(tmp_path)
+    lexicon = tmp_path / "dict.txt"
+    lexicon.write_text("北京 100 ns\n张三 10 nr\n工作 50 vn\n", encoding="utf8")
     result = CliRunner().invoke(
         app,
         [
@@ -123,6 +136,8 @@ def test_spacy_debug_config_passes_on_the_shipped_config(tiny_bert_dir, tmp_path
             str(tiny_bert_dir),
             "--paths.train_log",
             str(tmp_path / "train_log.jsonl"),
+            "--paths.lexicon_features",
+            str(lexicon),
         ],
     )
     assert result.exit_code == 0, result.output
@@ -172,6 +187,7 @@ def test_train_joint_runs_the_shipped_config_as_it_is(tmp_path, monkeypatch):
         "--paths.dev_ents",
         "--paths.dev_words",
         "--paths.encoder",
+        "--paths.lexicon_features",
         "--paths.train_ents",
         "--paths.train_log",
         "--paths.train_words",

@@ -208,11 +208,15 @@ def run(
             str(out),
             "--gpu-id",
             str(gpu_id),
-            # the runs the curve's points were measured with: no autocast, dense Adam
+            # the runs the curve's points were measured with: no autocast, dense Adam, no lexicon features
             "--autocast",
             "none",
             "--lazy-embeddings",
             "false",
+            "--components.segmenter.model.lexicon_width",
+            "0",
+            "--components.crf_ner.model.lexicon_width",
+            "0",
             "--paths.train_words",
             str(corpus / "sxu" / "train.spacy"),
             "--paths.train_ents",
