@@ -359,7 +359,7 @@ def test_the_benchmark_reports_the_share_of_the_features(tmp_path, capsys, monke
 # --- configs/joint.cfg switched on by overrides ------------------------------------------
 
 
-def test_the_joint_config_switches_the_features_on_by_overrides(tiny_bert_dir, tmp_path):
+def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tiny_bert_dir, tmp_path):
     from spacy.cli.train import train
     from spacy.tokens import DocBin
 
@@ -395,6 +395,6 @@ def test_the_joint_config_switches_the_features_on_by_overrides(tiny_bert_dir, t
         assert len(trained.get_pipe(name).model.get_ref("lexicon_features").attrs["lexicon"]) == 11
     assert trained("张三去上海").text == "张三去上海"
     shipped = spacy.util.load_config(ROOT / "configs" / "joint.cfg")
-    assert shipped["components"]["segmenter"]["model"]["lexicon_width"] == 0  # off by default
-    assert shipped["components"]["crf_ner"]["model"]["lexicon_width"] == 0
-    assert shipped["paths"]["lexicon_features"] is None
+    assert shipped["components"]["segmenter"]["model"]["lexicon_width"] == 32  # the recipe's (the ablation's)
+    assert shipped["components"]["crf_ner"]["model"]["lexicon_width"] == 32
+    assert shipped["paths"]["lexicon_features"] is None  # a run must name its dictionary
