@@ -141,7 +141,8 @@ def convert_corpus(
     a carved dev, its settings (``carve``) and how much of it training has
     seen (``dev_rates``, :func:`~.rates.split_rates`). The
     reader's own counts (blank lines, repairs) are under ``reader`` and the
-    number of warnings under ``warnings``.
+    number of warnings under ``warnings``. Splitting is checked to keep every
+    character, word and entity.
 
     ``lines_dev_output`` (with ``dev_output`` and ``carve="blocks"`` only)
     also carves, after the block dev, as many single docs at random from
@@ -149,8 +150,7 @@ def convert_corpus(
     dev set, written there (``outputs["dev_lines"]``, rates in
     ``lines_dev_rates``). Training then excludes both, so that one trained
     model can be scored on the carve of earlier versions and on the block
-    carve: the difference is how much easier random lines make dev. Splitting is checked to keep every
-    character, word and entity.
+    carve: the difference is how much easier random lines make dev.
 
     Everything is checked before anything is written, and nothing partial is
     ever written: the options (``max_chars >= 0``, ``0 <= dev_ratio < 1``,
@@ -186,7 +186,7 @@ def convert_corpus(
                 f"{input_path}: carving a dev set with ratio {dev_ratio} from {len(docs)} docs leaves "
                 f"{len(train)} training and {len(dev)} dev docs; both need at least one"
             )
-        parts = [("train", train, output_path), ("dev", dev, dev_output)]
+        lines_dev: List[Doc] = []
         if lines_dev_output is not None:
             train, lines_dev = carve_lines(train, len(dev), seed)
             if not train:
@@ -194,16 +194,13 @@ def convert_corpus(
                     f"{input_path}: carving two dev sets of {len(dev)} docs from {len(docs)} docs leaves no training docs"
                 )
             carved["lines_dev"] = len(lines_dev)
-            parts = [
-                ("train", train, output_path),
-                ("dev", dev, dev_output),
-                ("dev_lines", lines_dev, lines_dev_output),
-            ]
+        parts = [("train", train, output_path), ("dev", dev, dev_output)]
         task = "cws" if is_cws else "ner"
         stats["dev_rates"] = split_rates(task, train, dev)
         _print_rates(stats["dev_rates"])  # type: ignore[arg-type]
         if lines_dev_output is not None:
-            stats["lines_dev_rates"] = split_rates(task, train, parts[2][1])
+            parts.append(("dev_lines", lines_dev, lines_dev_output))
+            stats["lines_dev_rates"] = split_rates(task, train, lines_dev)
             msg.info("the second dev set, single lines drawn from the rest:")
             _print_rates(stats["lines_dev_rates"])  # type: ignore[arg-type]
     else:
