@@ -22,16 +22,18 @@ files, ``dev_rates.TARGETS``) say which dev it resembles. Writes
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import spacy
 import typer
 
 from crf_project.compare_report import run_settings
 from crf_project.dev_rates import TARGETS
-from crf_project.evaluate import evaluate
+from crf_project.evaluate import evaluate_cws, evaluate_ner, read_docbin
 from crf_project.paths import load_manifest
 from crf_project.results import write_table
 from crf_project.script_cli import run_app, script_app
 from crf_project.seed_report import cell, eval_limit_option, out_option, profile_option
 from spacy_crf.cli._app import check_option
+from spacy_crf.corpora import read_word_set
 from spacy_crf.files import write_json_atomic
 
 CORPUS_DIR = "corpus_carves"
@@ -56,15 +58,18 @@ def split_paths(entry: Dict) -> Dict[str, str]:
 
 
 def score_model(model: Path, manifest: Dict, eval_limit: int) -> Dict[str, Dict[str, Dict]]:
-    """corpus -> split -> scores of one model."""
+    """corpus -> split -> scores of one model (loaded once for every split)."""
+    nlp = spacy.load(model)
     out: Dict[str, Dict[str, Dict]] = {}
     for corpus, task, keys in TASKS:
         entry = manifest[corpus]
-        words = Path(entry["train"]) if task == "cws" else None
+        iv_words = read_word_set(entry["train"]) if task == "cws" else None
         out[corpus] = {}
         for split, path in split_paths(entry).items():
-            scores = evaluate(task, model, Path(path), words=words, split=split, limit=eval_limit)["scores"]
-            out[corpus][split] = {k: scores.get(k) for k in keys}
+            refs = list(read_docbin(Path(path)).get_docs(nlp.vocab))
+            refs = refs[:eval_limit] if eval_limit else refs
+            result = evaluate_cws(nlp, refs, iv_words) if task == "cws" else evaluate_ner(nlp, refs)
+            out[corpus][split] = {k: result["scores"].get(k) for k in keys}
     return out
 
 
