@@ -13,15 +13,22 @@ a whole; ``spacy crf speed`` gives the whole pipeline's split.
 """
 
 import argparse
-import json
 import statistics
 import time
 from typing import Dict, List
 
 import spacy
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 
+from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
+
+
+def run_step(pipe, docs: List[Doc], batch_size: int) -> List[Doc]:
+    """One pipeline step over ``docs``: its ``pipe`` where it has one, else a call per doc."""
+    if hasattr(pipe, "pipe"):
+        return list(pipe.pipe(docs, batch_size=batch_size))
+    return [pipe(d) for d in docs]
 
 
 def main() -> None:
@@ -33,6 +40,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--output", default=None, help="JSON file for the figures")
     args = parser.parse_args()
+    # before the (slow) work: the figures may not land on the pipeline or a data file
+    check_output_paths([args.pipeline, *args.data], [args.output])
     nlp = spacy.load(args.pipeline)
     texts: List[str] = []
     for path in args.data:
@@ -45,18 +54,14 @@ def main() -> None:
         encoded = list(nlp.pipe(texts, batch_size=args.batch_size))
     warm = [d.copy() for d in encoded[:50]]
     for name in steps:  # builds lazy state (the lexicon's matcher) before timing
-        pipe = nlp.get_pipe(name)
-        warm = list(pipe.pipe(warm, batch_size=args.batch_size)) if hasattr(pipe, "pipe") else [pipe(d) for d in warm]
+        warm = run_step(nlp.get_pipe(name), warm, args.batch_size)
     per_1k: Dict[str, List[float]] = {name: [] for name in steps}
     for _ in range(args.repeats):
         docs = [d.copy() for d in encoded]
         for name in steps:
             pipe = nlp.get_pipe(name)
             start = time.perf_counter()
-            if hasattr(pipe, "pipe"):
-                docs = list(pipe.pipe(docs, batch_size=args.batch_size))
-            else:
-                docs = [pipe(d) for d in docs]
+            docs = run_step(pipe, docs, args.batch_size)
             per_1k[name].append((time.perf_counter() - start) / n_chars * 1000)
     medians = {name: statistics.median(values) for name, values in per_1k.items()}
     print(f"{len(texts):,} texts, {n_chars:,} chars, {args.repeats} repeats; median s per 1,000 chars:")
@@ -65,8 +70,7 @@ def main() -> None:
     print(f"  {'CRF side':12s} {sum(medians.values()):.4f}")
     if args.output:
         record = {"texts": len(texts), "chars": n_chars, "per_1k_chars": per_1k, "medians": medians}
-        with open(args.output, "w", encoding="utf8") as f:
-            json.dump({**record, "hardware": hardware()}, f, indent=2)
+        write_json_atomic(args.output, {**record, "hardware": hardware()})
 
 
 if __name__ == "__main__":

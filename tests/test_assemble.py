@@ -10,6 +10,7 @@ from thinc.api import Config
 
 from crf_project.assemble import assemble
 from spacy_crf.doc_keys import NO_GOLD_WORDS
+from spacy_crf.files import OutputPathError
 
 
 def word_doc(vocab, words):
@@ -317,3 +318,9 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     # the encoder ran once before timing: only the steps after it are timed
     assert list(record["per_1k_chars"]) == ["segmenter", "crf_ner", "merge_words"]
     assert all(len(v) == 2 and all(x >= 0 for x in v) for v in record["per_1k_chars"].values())
+    # the figures may not land on a data file: refused before the pipeline is loaded, the file intact
+    before = (tmp_path / "dev.spacy").read_bytes()
+    monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv[:-1], str(tmp_path / "dev.spacy")])
+    with pytest.raises(OutputPathError):
+        script.main()
+    assert (tmp_path / "dev.spacy").read_bytes() == before
