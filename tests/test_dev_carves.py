@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -90,9 +89,8 @@ def test_the_command_names_what_to_run_first(tmp_path):
     assert result.exit_code == 2 and "run dev-carves-train first" in " ".join(result.output.split())
 
 
-@pytest.mark.parametrize("limit", [-1])
-def test_a_negative_eval_limit_is_refused(tmp_path, limit):
+def test_a_negative_eval_limit_is_refused(tmp_path):
     app = typer.Typer()
     app.command()(dev_carves.dev_carves_cli)
-    result = CliRunner().invoke(app, ["--out", str(tmp_path), "--eval-limit", str(limit)])
+    result = CliRunner().invoke(app, ["--out", str(tmp_path), "--eval-limit", "-1"])
     assert result.exit_code == 2 and "--eval-limit" in result.output
