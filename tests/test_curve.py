@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from crf_project import curve
+from crf_project.targets import DEV_TARGETS
 from spacy_crf.training.loggers import timed_console_logger, times_path
 
 
@@ -186,7 +187,8 @@ def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_conf
     points = [(0, 1, 0.0, 0.0)] + [(200 * i, 600 * i, 100 - 8 / i**0.5, 100 - 40 / i**0.5) for i in range(1, 9)]
     _fake_run(tmp_path, 3, 3e-4, points)
     run3 = tmp_path / "training" / "curve" / "3L"
-    srsly.write_json(run3 / "full_dev_cws.json", {"scores": {"words_f": 0.96, "words_oov_recall": 0.8}})
+    # full-dev word F past its target, entity F short of its target
+    srsly.write_json(run3 / "full_dev_cws.json", {"scores": {"words_f": 0.97, "words_oov_recall": 0.8}})
     srsly.write_json(run3 / "full_dev_ner.json", {"scores": {"ents_f": 0.86}})
     # a 12-layer run stopped after two evaluations: no curve_settings.json yet
     stopped = tmp_path / "training" / "curve" / "12L"
@@ -209,10 +211,10 @@ def test_report_anchors_on_full_dev_scores_and_takes_a_stopped_run_from_its_conf
     text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
     assert "`12L` stopped at step 200 of 400" in text
     assert "| 12L | 12 | 0.0001 | 0.5 | 200 | 21.7 | 21.7 | 90.00 | – | 60.00 |" in text
-    assert "| 3L | 96.00 (OOV 80.0) / 86.00 |" not in text  # the step column comes first
-    assert "| 1,600 | 96.00 (OOV 80.0) / 86.00 | reached |" in text
-    # entities: slope -0.5 from the subset fit; error 14 -> 9 from model-best at 80 CPU-minutes
-    minutes = 80 * (9 / 14) ** (1 / -0.5)
+    assert "| 3L | 97.00 (OOV 80.0) / 86.00 |" not in text  # the step column comes first
+    assert "| 1,600 | 97.00 (OOV 80.0) / 86.00 | reached |" in text
+    # entities: slope -0.5 from the subset fit; error 14 -> the target's from model-best at 80 CPU-minutes
+    minutes = 80 * ((100 - DEV_TARGETS["ents_f"]) / 14) ** (1 / -0.5)
     assert f"~{minutes:,.0f} CPU min (full dev)" in text
 
 
@@ -246,6 +248,6 @@ def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
     assert "| 3L | 3 | 0.0003 | 0.5 | 400 | 20.0 | 20.0 | 93.00 | 78.50 | 70.00 |" in text
     assert "| 78.50 (step 400, 20 CPU min) |" in text
     assert "points per doubling; not on this line (flat or falling) |" in text
-    assert "SXU OOV recall 80.0" in text
+    assert f"SXU OOV recall {DEV_TARGETS['words_oov_recall']}" in text
     data = srsly.read_json(tmp_path / "metrics" / "curve.json")
     assert [p["words_oov_recall"] for p in data["runs"]["3L"]["points"]] == [77.0, 78.5, 78.0, 77.5]

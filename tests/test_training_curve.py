@@ -70,7 +70,10 @@ def test_the_command_writes_table_json_and_plot_and_no_readme(run_dir, tmp_path,
     assert "| 400 ◀ | 5.0 | 9.2 | 94.50 | 75.50 | 96.00 | 76.00 |" in md
     assert "| 300 | 4.0 | 7.3 | 94.00 | 76.00 | 95.50 | 78.00 |" in md
     assert "OOV recall peaked at 78.00 at step 200" in md and "OOV recall -2.50, IV recall +2.00" in md
+    # the targets of the block-carved dev, not the easier line dev's 96.0 / 80.0 / 91.0
+    assert "Targets on the full dev sets: word F 96.5, OOV recall 85.0, entity F 92.0." in md
     data = json.loads(out.with_suffix(".json").read_text(encoding="utf8"))
+    assert data["targets"] == {"words_f": 96.5, "words_oov_recall": 85.0, "ents_f": 92.0}
     assert data["dev_limit"] == 50 and len(data["evaluations"]) == 5 and data["model_best"]["step"] == 400
     assert out.with_suffix(".png").stat().st_size > 0
     assert md.rstrip().splitlines()[-1].startswith("_Made by `")  # labelled for the results page

@@ -45,13 +45,12 @@ from wasabi import msg
 
 from crf_project.results import write_table
 from crf_project.script_cli import PACKAGE, command_line, script_app
+from crf_project.targets import DEV_TARGETS
 from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
 
 app = script_app()
-#: issue targets on the dev sets: SXU word F and MSRA entity F
-TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}
 #: how the table and plot name each target's score
 SCORE_NAMES = {"words_f": "SXU word F", "words_oov_recall": "SXU OOV recall", "ents_f": "MSRA entity F"}
 
@@ -317,7 +316,7 @@ def read_points(run_dir: Path) -> List[Dict]:
                 "cpu_seconds": t["cpu_seconds"],
                 "threads": t.get("threads"),
                 "score": t.get("score", row.get("score")),
-                **{key: scores.get(key) for key in TARGETS},
+                **{key: scores.get(key) for key in DEV_TARGETS},
             }
         )
     return points
@@ -474,7 +473,7 @@ def plot(runs: Dict[str, Dict], path: Path, title: str) -> None:
                     marker=".",
                     label=run_label(run_name, record["settings"]),
                 )
-        ax.axhline(TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {TARGETS[key]}")
+        ax.axhline(DEV_TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {DEV_TARGETS[key]}")
         finish_axes(ax, "training CPU-minutes (all threads, dev evaluations included)", f"dev {name}", legend_size=7)
     save_figure(fig, path, title=title)
 
@@ -494,7 +493,7 @@ def _best_cell(points: List[Dict], key: str) -> str:
 def _target_cell(record: Dict, key: str) -> str:
     """How far the run is from the target, on the full dev set where scored."""
     fit, full, points = record["fits"][key], record["full_dev"], record["points"]
-    target = TARGETS[key]
+    target = DEV_TARGETS[key]
     anchor = full.get(key)
     if anchor is not None:
         if anchor >= target:
@@ -551,10 +550,10 @@ def report(
             rows.append(
                 f"| {name} | {s['depth']} | {s['learn_rate']:g} | {s.get('ents_share', 0.5):g} | "
                 f"{p['step']:,} | {p['seconds'] / 60:.1f} | {p['cpu_seconds'] / 60:.1f} | "
-                + " | ".join(_cell(p[key]) for key in TARGETS)
+                + " | ".join(_cell(p[key]) for key in DEV_TARGETS)
                 + " |"
             )
-        record["fits"] = {key: fit_budget(points, key, TARGETS[key]) for key in TARGETS}
+        record["fits"] = {key: fit_budget(points, key, DEV_TARGETS[key]) for key in DEV_TARGETS}
         best = best_point(points)
         record["best_step"] = best and best["step"]
         record["best_minutes"] = best["cpu_seconds"] / 60 if best else None
@@ -566,9 +565,9 @@ def report(
         )
         fits.append(
             f"| {name} | "
-            + " | ".join(_best_cell(points, key) for key in TARGETS)
+            + " | ".join(_best_cell(points, key) for key in DEV_TARGETS)
             + f" | {record['best_step'] or 0:,} | {full_cell} | "
-            + " | ".join(_target_cell(record, key) for key in TARGETS)
+            + " | ".join(_target_cell(record, key) for key in DEV_TARGETS)
             + " |"
         )
     limits = sorted({r["settings"]["dev_limit"] for r in runs.values()})
@@ -587,7 +586,7 @@ def report(
             "|---|---|---|---|---|---|---|---|---|---|",
             *rows,
             "",
-            f"Against the targets ({', '.join(f'{SCORE_NAMES[k]} {v}' for k, v in TARGETS.items())}, on the full "
+            f"Against the targets ({', '.join(f'{SCORE_NAMES[k]} {v}' for k, v in DEV_TARGETS.items())}, on the full "
             "dev sets): the best point of each run on the dev subsets; its model-best (picked on the subsets) "
             "scored on the full dev sets (`curve-score`: word F with OOV recall / entity F); and the CPU "
             "needed to reach each target, by a power law of the error (100 - F) against CPU time fitted to "
@@ -608,7 +607,7 @@ def report(
     )
     metrics = out / "metrics"
     metrics.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": TARGETS, "runs": runs})
+    write_json_atomic(metrics / "curve.json", {"profile": profile, "targets": DEV_TARGETS, "runs": runs})
     write_table(metrics / "curve.md", table)
     plot(runs, metrics / "curve.png", f"joint CRF model: dev F against training CPU time ({profile})")
     print(table)

@@ -25,12 +25,11 @@ from wasabi import msg
 
 from crf_project.results import write_table
 from crf_project.script_cli import script_app
+from crf_project.targets import DEV_TARGETS
 from spacy_crf.files import write_json_atomic
 from spacy_crf.plots import finish_axes, save_figure, subplots
 from spacy_crf.training.loggers import times_path
 
-#: the issue's dev targets, in percent
-TARGETS = {"words_f": 96.0, "words_oov_recall": 80.0, "ents_f": 91.0}
 KEYS = ("words_f", "words_oov_recall", "words_iv_recall", "ents_f")
 
 
@@ -132,7 +131,7 @@ def table(points: List[Dict], summary: Dict, limit: Optional[int], profile: str,
             f"{summary['last']['step']:,}: OOV recall {_cell(change['words_oov_recall'], '{:+.2f}')}, "
             f"IV recall {_cell(change['words_iv_recall'], '{:+.2f}')}, word F "
             f"{_cell(change['words_f'], '{:+.2f}')}. Targets on the full dev sets: word F "
-            f"{TARGETS['words_f']}, OOV recall {TARGETS['words_oov_recall']}, entity F {TARGETS['ents_f']}.",
+            f"{DEV_TARGETS['words_f']}, OOV recall {DEV_TARGETS['words_oov_recall']}, entity F {DEV_TARGETS['ents_f']}.",
         ]
     return "\n".join(lines)
 
@@ -147,7 +146,7 @@ def plot(points: List[Dict], summary: Dict, path: Path, title: str) -> None:
     axes[1].plot(steps, [p["ents_f"] for p in scored], marker=".", label="MSRA entity F")
     for ax, keys in ((axes[0], ("words_f", "words_oov_recall")), (axes[1], ("ents_f",))):
         for key in keys:
-            ax.axhline(TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {TARGETS[key]}")
+            ax.axhline(DEV_TARGETS[key], color="grey", linestyle="--", linewidth=1, label=f"target {DEV_TARGETS[key]}")
         ax.axvline(summary["model_best"]["step"], color="black", linestyle=":", linewidth=1, label="model-best")
     finish_axes(axes[0], "training step", "SXU dev (%)")
     finish_axes(axes[1], "training step", "MSRA dev (%)")
@@ -176,7 +175,7 @@ def main(
             "profile": profile,
             "run": str(run_dir),
             "dev_limit": limit,
-            "targets": TARGETS,
+            "targets": DEV_TARGETS,
             "evaluations": points,
             **summary,
         },
