@@ -10,9 +10,17 @@ from conftest import PROJECT_PACKAGE, load_script
 from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
-from spacy_crf.corpora.rates import doc_mentions, doc_words, file_rates, oov_rate, seen_entity_rate, split_rates
+from spacy_crf.corpora.rates import (
+    doc_mentions,
+    doc_words,
+    file_rates,
+    mention_set,
+    oov_rate,
+    seen_entity_rate,
+    split_rates,
+)
 from spacy_crf.doc_keys import NO_GOLD_WORDS
-from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.pipeline.scorers import score_ents_seen, score_words
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +80,38 @@ def test_rates_of_spacy_files(tmp_path, nlp):
     assert doc_mentions(test[0]) == [("北京", "LOC"), ("张三", "ORG")]
     rates = file_rates("ner", tmp_path / "train.spacy", tmp_path / "test.spacy")
     assert (rates["seen_rate"], rates["seen_text_rate"]) == (0.5, 1.0)
+
+
+def test_seen_and_unseen_entity_recall_split_the_dev_as_its_seen_rate_does(nlp):
+    """The entity counterpart of IV/OOV recall: a reference entity counts as
+    seen exactly when seen_entity_rate counts it (text and label)."""
+    from spacy.training import Example
+
+    def ner_doc(text, spans):
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, s, e, label=l) for s, e, l in spans]
+        return doc
+
+    train = [ner_doc("我在北京", [(2, 4, "LOC")]), ner_doc("张三来了", [(0, 2, "PER")])]
+    seen = mention_set(train)
+    assert seen == {("北京", "LOC"), ("张三", "PER")}
+    # 北京/LOC and 张三/PER seen; 北京/ORG (the name, not as an organisation) and 李四/PER unseen
+    gold = [ner_doc("北京张三李四", [(0, 2, "LOC"), (2, 4, "PER"), (4, 6, "PER")]), ner_doc("北京队", [(0, 3, "ORG")])]
+    # found: 北京/LOC (seen) and 李四/PER (unseen); 张三 predicted as ORG, 北京队 cut short
+    pred = [ner_doc("北京张三李四", [(0, 2, "LOC"), (2, 4, "ORG"), (4, 6, "PER")]), ner_doc("北京队", [(0, 2, "ORG")])]
+    rates = seen_entity_rate(map(doc_mentions, train), map(doc_mentions, gold))
+    assert (rates["entities"], rates["seen"]) == (4, 2)
+    scores = score_ents_seen([Example(p, g) for p, g in zip(pred, gold)], seen)
+    assert scores == {"ents_seen_recall": 0.5, "ents_unseen_recall": 0.5}
+    # a doc without entity annotation is skipped, as spaCy's NER scorer skips it
+    bare = nlp.make_doc("北京")
+    assert score_ents_seen([Example(ner_doc("北京", [(0, 2, "LOC")]), bare)], seen) == {
+        "ents_seen_recall": None,
+        "ents_unseen_recall": None,
+    }
+    # a side with no reference entity has no recall
+    only_seen = score_ents_seen([Example(gold[0], ner_doc("北京", [(0, 2, "LOC")]))], seen)
+    assert only_seen == {"ents_seen_recall": 1.0, "ents_unseen_recall": None}
 
 
 SXU = "".join(f"文{a}  的  词{a}  。\n" for a in range(20) for _ in range(10))  # 20 articles of 10 lines

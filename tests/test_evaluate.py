@@ -153,6 +153,60 @@ def test_cli_clear_errors_for_empty_or_missing_inputs(tmp_path):
         evaluate("cws", model, tmp_path / "training" / "cws.spacy", limit=-1)
 
 
+def _ner_files(tmp_path):
+    """A rule-based NER model (finds 北京/LOC and 李四/PER), training docs
+    with 北京/LOC and 张三/PER, and a dev doc with all three."""
+    from spacy.tokens import Span
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("entity_ruler").add_patterns(
+        [{"label": "LOC", "pattern": "北京"}, {"label": "PER", "pattern": "李四"}]
+    )
+    nlp.to_disk(tmp_path / "ner-model")
+
+    def ner_doc(text, spans):
+        doc = nlp.make_doc(text)
+        doc.ents = [Span(doc, s, e, label=l) for s, e, l in spans]
+        return doc
+
+    DocBin(docs=[ner_doc("我在北京", [(2, 4, "LOC")]), ner_doc("张三来了", [(0, 2, "PER")])]).to_disk(
+        tmp_path / "train.spacy"
+    )
+    DocBin(docs=[ner_doc("北京张三李四", [(0, 2, "LOC"), (2, 4, "PER"), (4, 6, "PER")])]).to_disk(
+        tmp_path / "dev.spacy"
+    )
+    return tmp_path / "ner-model", tmp_path / "train.spacy", tmp_path / "dev.spacy"
+
+
+def test_evaluate_ner_scores_entities_seen_and_unseen_in_training(tmp_path):
+    model, train, dev = _ner_files(tmp_path)
+    out = tmp_path / "metrics" / "ner.json"
+    result, text = _evaluate_cli(["ner", model, dev, "--train-ents", train, "--output", out])
+    assert result.exit_code == 0, text
+    written = json.loads(out.read_text(encoding="utf8"))
+    s = written["scores"]
+    # seen: 北京/LOC found, 张三/PER missed; unseen: 李四/PER found
+    assert (s["ents_seen_recall"], s["ents_unseen_recall"]) == (0.5, 1.0)
+    assert s["ents_r"] == pytest.approx(2 / 3)
+    assert written["training_entities"] == {"path": str(train), "entities": 2}
+    assert "ents_seen_recall=0.5000, ents_unseen_recall=1.0000" in text
+    # without the training corpus: no such keys, as before
+    assert "ents_seen_recall" not in evaluate("ner", model, dev)["scores"]
+
+
+def test_evaluate_refuses_a_training_file_of_the_other_task(tmp_path):
+    model, train, dev = _ner_files(tmp_path)
+    with pytest.raises(ValueError, match="for the cws task, not ner"):
+        evaluate("ner", model, dev, words=train)
+    with pytest.raises(ValueError, match="for the ner task, not cws"):
+        evaluate("cws", model, dev, train_ents=train)
+    DocBin(docs=[spacy.blank("zh").make_doc("北京")]).to_disk(tmp_path / "plain.spacy")
+    with pytest.raises(ValueError, match="plain.spacy: no entities"):
+        evaluate("ner", model, dev, train_ents=tmp_path / "plain.spacy")
+    with pytest.raises(ValueError, match="missing.spacy: no such file"):
+        evaluate("ner", model, dev, train_ents=tmp_path / "missing.spacy")
+
+
 def test_evaluate_all_checks_its_options_first(tmp_path, monkeypatch, capsys):
     import sys
 
@@ -191,6 +245,32 @@ def test_evaluate_all_scores_only_the_models_named(tmp_path, monkeypatch):
     evaluate_all.main()
     assert sorted(p.name for p in (tmp_path / "metrics").glob("*.json")) == ["joint_sxu_dev.json"]
     assert "single-task" not in (tmp_path / "metrics" / "summary.md").read_text(encoding="utf8")
+
+
+def test_evaluate_all_scores_msra_against_its_training_entities(tmp_path, monkeypatch):
+    import sys
+
+    import srsly
+
+    from crf_project import evaluate_all
+
+    (tmp_path / "training" / "joint" / "model-best").mkdir(parents=True)
+    entry = {"task": "ner", "train": "msra-train.spacy", "eval": "msra-dev.spacy", "eval_split": "dev"}
+    (tmp_path / "corpus").mkdir()
+    srsly.write_json(tmp_path / "corpus" / "manifest.json", {"msra": entry})
+    calls = []
+    scores = {"ents_p": 0.9, "ents_r": 0.9, "ents_f": 0.9, "ents_seen_recall": 0.97, "ents_unseen_recall": 0.75}
+    fake = {"scores": scores, "train": {}, "hardware": {"cpu_count": 2}, "speed": {"chars_per_s": 1.0}}
+
+    def fake_evaluate(*args, **kwargs):
+        calls.append(kwargs)
+        return dict(fake)
+
+    monkeypatch.setattr(evaluate_all, "evaluate", fake_evaluate)
+    monkeypatch.setattr(sys, "argv", ["evaluate_all.py", "--out", str(tmp_path), "--models", "joint"])
+    evaluate_all.main()
+    assert calls[0]["train_ents"].name == "msra-train.spacy" and calls[0]["words"] is None
+    assert "seen-R 97.00, unseen-R 75.00" in (tmp_path / "metrics" / "summary.md").read_text(encoding="utf8")
 
 
 def test_evaluate_cws_breaks_down_the_oov_words():

@@ -1,7 +1,7 @@
 """Evaluate a trained pipeline on a ``.spacy`` corpus and write the scores as JSON.
 
 ``python crf_project evaluate cws MODEL DATA.spacy --words WORDS --output OUT.json``
-``python crf_project evaluate ner MODEL DATA.spacy --output OUT.json``
+``python crf_project evaluate ner MODEL DATA.spacy --train-ents TRAIN.spacy --output OUT.json``
 ``python crf_project evaluate ner MODEL weibo --manifest corpus/manifest.json --output metrics/ner_weibo_{split}.json``
 
 * ``cws``: word P/R/F over character spans (SIGHAN definition), and with
@@ -11,7 +11,11 @@
   softmax ``tagger`` on BMES tags (decoded by
   :func:`baselines.words_from_tags`), or a pipeline whose tokens
   are the words.
-* ``ner``: ``ents_p/r/f`` and ``ents_per_type`` (spaCy's definition).
+* ``ner``: ``ents_p/r/f`` and ``ents_per_type`` (spaCy's definition), and
+  with ``--train-ents`` (the ``.spacy`` training corpus) the recall of the
+  entities seen in training and of the unseen ones (``ents_seen_recall``,
+  ``ents_unseen_recall``): the official test has fewer seen entities than a
+  dev of random lines, so these say how a model's score carries over.
 
 Every result records the speed (characters per second of ``nlp.pipe``), the
 hardware, and, when the model directory has a ``train_meta.json`` (written by
@@ -21,7 +25,7 @@ the project's training step) or ``--train-meta`` is given, the training time.
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import spacy
 import typer
@@ -29,6 +33,7 @@ from spacy.language import Language
 from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
+from spacy.vocab import Vocab
 from wasabi import msg
 
 from crf_project.baselines import words_from_tags
@@ -36,9 +41,10 @@ from crf_project.oov import oov_breakdown, summary_lines
 from crf_project.paths import load_manifest
 from crf_project.script_cli import script_app
 from spacy_crf.corpora import read_word_set
+from spacy_crf.corpora.rates import mention_set
 from spacy_crf.files import OutputPathError, check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.pipeline.scorers import score_ents_seen, score_words
 from spacy_crf.util import check_number
 
 TASKS = ("cws", "ner")
@@ -77,10 +83,17 @@ def evaluate_cws(
     return result
 
 
-def evaluate_ner(nlp: Language, refs: List[Doc], batch_size: int = 128) -> Dict[str, Any]:
-    """Entity P/R/F and per-type scores of ``nlp`` on char-tokenized ``refs``."""
+def evaluate_ner(
+    nlp: Language, refs: List[Doc], seen_ents: Optional[Set[Tuple[str, str]]] = None, batch_size: int = 128
+) -> Dict[str, Any]:
+    """Entity P/R/F and per-type scores of ``nlp`` on char-tokenized ``refs``;
+    with ``seen_ents`` (the training entities, ``(text, label)``) also the
+    recall of seen and unseen entities (:func:`score_ents_seen`)."""
     docs, speed = predict_docs(nlp, refs, batch_size)
-    scores = get_ner_prf([Example(d, r) for d, r in zip(docs, refs)])
+    examples = [Example(d, r) for d, r in zip(docs, refs)]
+    scores = get_ner_prf(examples)
+    if seen_ents is not None:
+        scores.update(score_ents_seen(examples, seen_ents))
     return {"scores": scores, "speed": speed}
 
 
@@ -104,6 +117,7 @@ def evaluate(
     data: Path,
     *,
     words: Optional[Path] = None,
+    train_ents: Optional[Path] = None,
     split: str = "test",
     name: Optional[str] = None,
     train_meta: Optional[Path] = None,
@@ -112,14 +126,25 @@ def evaluate(
     batch_size: int = 128,
 ) -> Dict[str, Any]:
     """Scores, speed, hardware and training record of ``model`` on ``data``.
-    Settings and files are checked before the model is loaded; a missing or
-    empty corpus or word list is a ``ValueError`` naming it."""
+    ``words`` (the training words, CWS) gives OOV/IV recall, ``train_ents``
+    (the training corpus, NER) seen/unseen entity recall. Settings and files
+    are checked before the model is loaded; a missing or empty corpus or word
+    list is a ``ValueError`` naming it."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, not {task!r}")
+    if words is not None and task != "cws":
+        raise ValueError(f"a training word list ({words}) is for the cws task, not {task}")
+    if train_ents is not None and task != "ner":
+        raise ValueError(f"training entities ({train_ents}) are for the ner task, not {task}")
     check_number("limit", limit, minimum=0, hint="0: all docs")
     check_number("batch_size", batch_size, minimum=1)
     if words is not None and not Path(words).is_file():
         raise ValueError(f"{words}: no such word list or .spacy file")
+    seen_ents = None
+    if train_ents is not None:
+        seen_ents = mention_set(read_docbin(train_ents).get_docs(Vocab()))
+        if not seen_ents:
+            raise ValueError(f"{train_ents}: no entities (is it an NER training corpus?)")
     docbin = read_docbin(data)  # before the (slow) model is loaded
     nlp = spacy.load(model)
     refs = list(docbin.get_docs(nlp.vocab))
@@ -132,7 +157,10 @@ def evaluate(
         result = evaluate_cws(nlp, refs, iv)
         result["dictionary"] = {"path": str(words), "words": len(iv)} if iv is not None else None
     else:
-        result = evaluate_ner(nlp, refs)
+        result = evaluate_ner(nlp, refs, seen_ents)
+        result["training_entities"] = (
+            {"path": str(train_ents), "entities": len(seen_ents)} if seen_ents is not None else None
+        )
     meta_path = Path(train_meta) if train_meta else Path(model).parent / "train_meta.json"
     out: Dict[str, Any] = {
         "name": name or f"{task}:{Path(model).parent.name}",
@@ -165,7 +193,10 @@ def evaluate_cli(
         help="corpus/manifest.json of the corpus step: DATA names a corpus whose eval file, split and note are taken from it",
     ),
     words: Optional[Path] = typer.Option(
-        None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall"
+        None, "--words", help="Training word list (.utf8) or .spacy corpus: OOV/IV recall (cws)"
+    ),
+    train_ents: Optional[Path] = typer.Option(
+        None, "--train-ents", help="Training .spacy corpus: recall of entities seen / unseen in it (ner)"
     ),
     split: str = typer.Option("test", "--split", help="What DATA is: test or dev (recorded)"),
     name: Optional[str] = typer.Option(None, "--name", help="Name of this result"),
@@ -191,9 +222,18 @@ def evaluate_cli(
             data, split, note = entry["eval"], entry["eval_split"], note or entry.get("eval_note", "")
         output = Path(output.replace("{split}", split))
         meta = Path(train_meta) if train_meta else Path(model).parent / "train_meta.json"
-        check_output_paths([model, data, words, manifest, meta], [output])
+        check_output_paths([model, data, words, train_ents, manifest, meta], [output])
         result = evaluate(
-            task, model, Path(data), words=words, split=split, name=name, train_meta=train_meta, note=note, limit=limit
+            task,
+            model,
+            Path(data),
+            words=words,
+            train_ents=train_ents,
+            split=split,
+            name=name,
+            train_meta=train_meta,
+            note=note,
+            limit=limit,
         )
         write_json_atomic(output, result)
     except (OutputPathError, ValueError, OSError) as err:
@@ -202,7 +242,7 @@ def evaluate_cli(
     keys = (
         ["words_p", "words_r", "words_f", "words_oov_recall", "words_iv_recall"]
         if task == "cws"
-        else ["ents_p", "ents_r", "ents_f"]
+        else ["ents_p", "ents_r", "ents_f", "ents_seen_recall", "ents_unseen_recall"]
     )
     shown = ", ".join(f"{k}={s[k]:.4f}" for k in keys if s.get(k) is not None)
     typer.echo(f"{result['name']} on {split} ({data}): {shown}; {result['speed']['chars_per_s']} chars/s -> {output}")

@@ -10,7 +10,8 @@ Reads ``ROOT/corpus/manifest.json`` and scores, where they exist:
   back) with the SXU training words as the OOV dictionary, and on the PKU and
   MSR SIGHAN 2005 gold files (cross-corpus) with their training word lists;
 * NER (``ROOT/training/joint``, ``ROOT/training/ner`` = single-task CRF,
-  ``ROOT/training/ner_softmax`` = spaCy ``ner``) on MSRA (test, or dev).
+  ``ROOT/training/ner_softmax`` = spaCy ``ner``) on MSRA (test, or dev), with
+  the recall of entities seen and unseen in MSRA training.
 
 Writes one JSON per score to ``ROOT/metrics/`` and the table
 ``ROOT/metrics/summary.md``. ``--models`` names the training folders to
@@ -86,6 +87,7 @@ def evaluate_all_cli(
                 model,
                 Path(entry["eval"]),
                 words=Path(entry["dictionary"]) if task == "cws" else None,
+                train_ents=Path(entry["train"]) if task == "ner" else None,
                 split=entry["eval_split"],
                 name=f"{model_dir}:{corpus}",
                 note=note,
@@ -102,7 +104,10 @@ def evaluate_all_cli(
                 extra = f"OOV-R {pct(s.get('words_oov_recall'))}, IV-R {pct(s.get('words_iv_recall'))}"
             else:
                 score = f"P {pct(s['ents_p'])} / R {pct(s['ents_r'])} / **F {pct(s['ents_f'])}**"
-                extra = ", ".join(f"{t} {pct(v['f'])}" for t, v in sorted((s.get("ents_per_type") or {}).items()))
+                seen = f"seen-R {pct(s.get('ents_seen_recall'))}, unseen-R {pct(s.get('ents_unseen_recall'))}; "
+                extra = seen + ", ".join(
+                    f"{t} {pct(v['f'])}" for t, v in sorted((s.get("ents_per_type") or {}).items())
+                )
             hw = result["hardware"]
             device = hw.get("gpu") or f"{hw.get('cpu_count')} CPU cores"
             rows.append(
@@ -114,7 +119,7 @@ def evaluate_all_cli(
         [
             f"Profile `{profile}`; `(dev)`: the held-back test file was absent, so the score is on the dev split.",
             "",
-            "| task | corpus (split) | model | score | OOV/IV recall or per-type F | chars/s | train s | hardware |",
+            "| task | corpus (split) | model | score | OOV/IV recall; seen/unseen recall, per-type F | chars/s | train s | hardware |",
             "|---|---|---|---|---|---|---|---|",
             *rows,
         ]

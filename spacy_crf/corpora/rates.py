@@ -96,6 +96,16 @@ def read_docs(path: PathLike, vocab: Optional[Vocab] = None) -> Iterable[Doc]:
     return DocBin().from_disk(Path(path)).get_docs(vocab or Vocab())
 
 
+def mention_set(docs: Iterable[Doc]) -> Set[Mention]:
+    """``(text, label)`` of every entity of ``docs``: given the training docs,
+    the entities that :func:`spacy_crf.pipeline.scorers.score_ents_seen`
+    counts as seen."""
+    mentions: Set[Mention] = set()
+    for doc in docs:
+        mentions.update(doc_mentions(doc))
+    return mentions
+
+
 def file_rates(task: str, train_path: PathLike, eval_path: PathLike) -> Dict[str, object]:
     """:func:`split_rates` of two ``.spacy`` files. Splitting long docs keeps
     every word and entity, so the converted files give the rates of the

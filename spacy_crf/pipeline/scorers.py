@@ -136,6 +136,33 @@ def score_ents(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
     return get_ner_prf(examples)
 
 
+def score_ents_seen(examples: Iterable[Example], seen_ents: Set[Tuple[str, str]]) -> Dict[str, Any]:
+    """Recall of the reference entities whose ``(text, label)`` is in
+    ``seen_ents`` (the training entities: ``ents_seen_recall``) and of the
+    others (``ents_unseen_recall``): for NER what ``words_iv_recall`` and
+    ``words_oov_recall`` are for words. "Seen" is the definition of
+    :func:`spacy_crf.corpora.rates.seen_entity_rate`, so the two recalls
+    split the dev set the way its seen-entity rate does. An entity is found
+    when a predicted entity has its character offsets and label; docs without
+    entity annotation are skipped, as spaCy's NER scorer skips them. A
+    recall is None where no reference entity falls on its side.
+    """
+    found = {True: 0, False: 0}
+    total = {True: 0, False: 0}
+    for eg in examples:
+        if not eg.reference.has_annotation("ENT_IOB"):
+            continue
+        predicted = {(e.start_char, e.end_char, e.label_) for e in eg.predicted.ents}
+        for ent in eg.reference.ents:
+            seen = (ent.text, ent.label_) in seen_ents
+            total[seen] += 1
+            found[seen] += (ent.start_char, ent.end_char, ent.label_) in predicted
+    return {
+        "ents_seen_recall": found[True] / total[True] if total[True] else None,
+        "ents_unseen_recall": found[False] / total[False] if total[False] else None,
+    }
+
+
 def score_tags(examples: Iterable[Example], **kwargs: Any) -> Dict[str, Any]:
     """``tag_acc``, as spaCy's ``tagger``."""
     return Scorer.score_token_attr(examples, "tag", **kwargs)
