@@ -60,6 +60,41 @@ def test_balanced_stream_alternates_and_marks_ner_docs(tmp_path):
     assert [eg.reference.text for eg in dev] == ["".join(w) for w in WORDS] + [t for t, _ in ENTS]
 
 
+def test_sorted_dev_stream_is_the_same_docs_shortest_first(tmp_path):
+    words_path, ents_path = write_corpora(tmp_path)
+    nlp = spacy.blank("zh")
+    plain = list(JointCorpus(words_path, ents_path, balance=False)(nlp))
+    ranked = list(JointCorpus(words_path, ents_path, balance=False, sort_by_length=True)(nlp))
+    texts = [eg.reference.text for eg in ranked]
+    # stable: docs of equal length keep their stream order (CWS before NER)
+    assert texts == sorted((eg.reference.text for eg in plain), key=len)
+    assert texts[:3] == ["天气很好", "孙七回家", "张三去上海"]
+    key = lambda eg: (eg.reference.text, [(e.start_char, e.end_char, e.label_) for e in eg.reference.ents])  # noqa: E731
+    assert sorted(map(key, ranked)) == sorted(map(key, plain))
+    assert all(eg.reference.user_data.get(NO_GOLD_WORDS) for eg in ranked if eg.reference.text in dict(ENTS))
+    # the scores of an evaluation do not depend on the order
+    for egs in (plain, ranked):
+        for eg in egs:
+            eg.predicted.ents = [eg.predicted.char_span(0, 2, label="PER")] if len(eg.predicted) > 4 else []
+    assert score_words(plain) == score_words(ranked)
+    from spacy.scorer import Scorer
+
+    assert Scorer.score_spans(plain, "ents") == Scorer.score_spans(ranked, "ents")
+    with pytest.raises(ValueError, match="sort_by_length is for dev sets"):
+        JointCorpus(words_path, ents_path, balance=True, sort_by_length=True)
+
+
+def test_char_corpus_sorts_a_dev_set_by_length(tmp_path):
+    from spacy_crf.corpora.readers import create_char_corpus_reader
+
+    _, ents_path = write_corpora(tmp_path)
+    nlp = spacy.blank("zh")
+    plain = [eg.reference.text for eg in create_char_corpus_reader(ents_path)(nlp)]
+    ranked = [eg.reference.text for eg in create_char_corpus_reader(ents_path, sort_by_length=True)(nlp)]
+    assert plain == [t for t, _ in ENTS]
+    assert ranked == ["天气很好", "孙七回家", "王五在广州", "赵六去深圳", "我们在杭州"]
+
+
 def test_ents_share_weights_the_stream_towards_ner(tmp_path):
     words_path, ents_path = write_corpora(tmp_path)
     nlp = spacy.blank("zh")

@@ -30,13 +30,21 @@ class CharCorpus(Corpus):
       reference words as tokens, handing the segmenter the answer.
     * A reference doc with unknown spaces is refused: its text is not the
       raw text (spaCy would tokenize the predicted doc from the gold words).
+
+    ``sort_by_length`` (dev sets) yields the examples shortest first; see
+    :func:`by_length`.
     """
 
-    def __init__(self, path: PathLike, *, max_length: int = 0, limit: int = 0) -> None:
+    def __init__(self, path: PathLike, *, max_length: int = 0, limit: int = 0, sort_by_length: bool = False) -> None:
         check_number("max_length", max_length, minimum=0, hint="0: no limit")
         check_number("limit", limit, minimum=0, hint="0: all docs")
         super().__init__(path, limit=limit, gold_preproc=False, max_length=0)
         self.max_chars = max_length
+        self.sort_by_length = sort_by_length
+
+    def __call__(self, nlp: Language) -> Iterator[Example]:
+        examples = super().__call__(nlp)
+        yield from by_length(examples) if self.sort_by_length else examples
 
     def make_examples(self, nlp: Language, reference_docs: Iterable[Doc]) -> Iterator[Example]:
         for reference in reference_docs:
@@ -50,15 +58,29 @@ class CharCorpus(Corpus):
                     yield Example(nlp.make_doc(piece.text), piece)
 
 
+def by_length(examples: Iterable[Example]) -> list:
+    """The examples sorted by the length of their text, shortest first (stable).
+
+    For dev sets: ``spacy train`` evaluates the dev stream in ``nlp.batch_size``
+    batches in stream order, and the encoder pads each batch to its longest
+    doc, so a batch that mixes lengths spends most of its time on padding.
+    Scores are sums over examples and do not depend on their order.
+    """
+    return sorted(examples, key=lambda eg: len(eg.predicted.text))
+
+
 @spacy.registry.readers("spacy_crf.CharCorpus.v1")
 def create_char_corpus_reader(
-    path: Path, max_length: int = 0, limit: int = 0, gold_preproc: bool = False
+    path: Path, max_length: int = 0, limit: int = 0, gold_preproc: bool = False, sort_by_length: bool = False
 ) -> Callable[[Language], Iterable[Example]]:
     """Reader of ``.spacy`` files from :func:`convert_corpus` (see :class:`CharCorpus`).
 
     max_length: split reference docs longer than this many characters (0: no limit).
     limit: read at most this many docs from the file(s) (0: all).
     gold_preproc: must be False (kept for config compatibility with spacy.Corpus.v1).
+    sort_by_length: yield the examples shortest first, so that the batches of
+        a dev evaluation hold docs of like length (faster; same scores). Not
+        for training: the batcher makes its own order.
     """
     if path is None:
         raise ValueError("spacy_crf.CharCorpus.v1 needs a path")
@@ -67,7 +89,7 @@ def create_char_corpus_reader(
             "spacy_crf.CharCorpus.v1: gold_preproc=true would tokenize the predicted docs into the "
             "gold words, which gives the word segmenter the answer; set gold_preproc = false"
         )
-    return CharCorpus(path, max_length=max_length, limit=limit)
+    return CharCorpus(path, max_length=max_length, limit=limit, sort_by_length=sort_by_length)
 
 
 class JointCorpus:
@@ -86,7 +108,8 @@ class JointCorpus:
     each), cycling through the side that runs out first; a pass ends when
     both sides have been seen whole. MSRA is four times the size of SXU:
     ``ents_share`` above 0.5 gives NER more of each step.
-    Without it (dev), every doc is yielded once.
+    Without it (dev), every doc is yielded once: the CWS docs, then the NER
+    docs, or, with ``sort_by_length``, all of them shortest first.
     """
 
     def __init__(
@@ -98,7 +121,13 @@ class JointCorpus:
         limit: int = 0,
         balance: bool = True,
         ents_share: float = 0.5,
+        sort_by_length: bool = False,
     ) -> None:
+        if balance and sort_by_length:
+            raise ValueError(
+                "spacy_crf.JointCorpus.v1: sort_by_length is for dev sets (balance = false): "
+                "sorted, a training stream would no longer interleave the two tasks"
+            )
         check_number("ents_share", ents_share, minimum=0.0, hint="the share of NER docs in the stream")
         if not 0.0 < ents_share < 1.0:
             raise ValueError(
@@ -109,6 +138,7 @@ class JointCorpus:
         self.ents = CharCorpus(ents_path, max_length=max_length, limit=limit)
         self.balance = balance
         self.ents_share = float(ents_share)
+        self.sort_by_length = sort_by_length
 
     def __call__(self, nlp: Language) -> Iterator[Example]:
         words = list(self.words(nlp))
@@ -120,8 +150,7 @@ class JointCorpus:
             if not examples:
                 raise ValueError(f"spacy_crf.JointCorpus.v1: the {side} corpus {getattr(self, side).path} has no docs")
         if not self.balance:
-            yield from words
-            yield from ents
+            yield from by_length(words + ents) if self.sort_by_length else words + ents
             return
         share = self.ents_share
         total = max(math.ceil(len(words) / (1 - share)), math.ceil(len(ents) / share))
@@ -147,6 +176,7 @@ def create_joint_corpus_reader(
     limit: int = 0,
     balance: bool = True,
     ents_share: float = 0.5,
+    sort_by_length: bool = False,
 ) -> Callable[[Language], Iterable[Example]]:
     """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)
     for joint training of a segmenter and an NER tagger (see :class:`JointCorpus`).
@@ -158,7 +188,18 @@ def create_joint_corpus_reader(
     balance: interleave the tasks, cycling the side that runs out first (training).
     ents_share: with balance, the share of NER docs in the stream (0.5: as
         many of each).
+    sort_by_length: without balance, yield the docs of both tasks shortest
+        first, so that the batches of a dev evaluation hold docs of like
+        length (faster; same scores).
     """
     if words is None or ents is None:
         raise ValueError("spacy_crf.JointCorpus.v1 needs both a words path and an ents path")
-    return JointCorpus(words, ents, max_length=max_length, limit=limit, balance=balance, ents_share=ents_share)
+    return JointCorpus(
+        words,
+        ents,
+        max_length=max_length,
+        limit=limit,
+        balance=balance,
+        ents_share=ents_share,
+        sort_by_length=sort_by_length,
+    )
