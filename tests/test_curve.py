@@ -251,3 +251,29 @@ def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
     assert f"SXU OOV recall {DEV_TARGETS['words_oov_recall']}" in text
     data = srsly.read_json(tmp_path / "metrics" / "curve.json")
     assert [p["words_oov_recall"] for p in data["runs"]["3L"]["points"]] == [77.0, 78.5, 78.0, 77.5]
+    # a recall that creeps up: the fitted line reaches the target only far past the run
+    creeping = [(200, 600, 90.0, 77.0, 60.0), (400, 1200, 93.0, 77.01, 70.0), (600, 1800, 94.0, 77.02, 75.0)]
+    creeping.append((800, 2400, 95.0, 77.03, 78.0))
+    srsly.write_jsonl(
+        run / "train_log.times.jsonl",
+        [
+            {
+                "step": s,
+                "seconds": c,
+                "cpu_seconds": c,
+                "threads": 2,
+                "scores": {"words_f": w, "words_oov_recall": o, "ents_f": e},
+            }
+            for s, c, w, o, e in creeping
+        ],
+    )
+    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
+    fit = curve.fit_budget(
+        [{"step": s, "cpu_seconds": c, "words_oov_recall": o} for s, c, _, o, _ in creeping],
+        "words_oov_recall",
+        DEV_TARGETS["words_oov_recall"],
+    )
+    assert fit["cpu_minutes_to_target"] > curve.EXTRAPOLATION_LIMIT * 40  # the line does get there, absurdly late
+    assert f"points per doubling; not within {curve.EXTRAPOLATION_LIMIT}x this run's CPU (nearly flat) |" in text

@@ -408,6 +408,10 @@ def run_label(name: str, settings: Dict) -> str:
     )
 
 
+#: The furthest a fitted line is followed: this many times model-best's CPU-minutes.
+EXTRAPOLATION_LIMIT = 100
+
+
 def fit_budget(points: List[Dict], key: str, target: float) -> Optional[Dict]:
     """Extrapolate a run to a target: a power law of the error against CPU time.
 
@@ -508,7 +512,14 @@ def _target_cell(record: Dict, key: str) -> str:
     if fit is None:
         logged = any(p[key] is not None for p in points if p["step"] > 0)
         return "– (too few points)" if logged else "– (not logged while training)"
-    reach = "not on this line (flat or falling)" if minutes is None else f"~{minutes:,.0f} CPU min ({where})"
+    if minutes is None:
+        reach = "not on this line (flat or falling)"
+    elif minutes > EXTRAPOLATION_LIMIT * record["best_minutes"]:
+        # a nearly flat line reaches any target at some absurd CPU time; past a
+        # few doublings the power law says nothing
+        reach = f"not within {EXTRAPOLATION_LIMIT}x this run's CPU (nearly flat)"
+    else:
+        reach = f"~{minutes:,.0f} CPU min ({where})"
     unit = "F" if key.endswith("_f") else "points"  # OOV recall is a recall, not an F
     return f"{fit['gain_per_doubling']:+.2f} {unit} per doubling; {reach}"
 
