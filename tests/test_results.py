@@ -16,6 +16,28 @@ def test_a_table_ends_with_its_command_and_commit(tmp_path, monkeypatch):
     assert re.fullmatch(r"_Made by `python crf_project compare-report --out 'my out'` at commit \S+\._", last)
 
 
+def test_the_commit_is_dirty_for_changed_code_but_not_for_changed_outputs(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
+        )
+
+    (tmp_path / "project" / "metrics").mkdir(parents=True)
+    (tmp_path / "project" / "metrics" / "curve.md").write_text("old table\n", encoding="utf8")
+    (tmp_path / "code.py").write_text("x = 1\n", encoding="utf8")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "start")
+    clean = results.commit(tmp_path / "project")
+    assert re.fullmatch(r"[0-9a-f]{4,}", clean)
+    (tmp_path / "project" / "metrics" / "curve.md").write_text("new table\n", encoding="utf8")
+    assert results.commit(tmp_path / "project") == clean  # an output written by the command itself
+    (tmp_path / "code.py").write_text("x = 2\n", encoding="utf8")
+    assert results.commit(tmp_path / "project") == clean + "-dirty"
+
+
 def test_the_page_gathers_every_table_with_its_plots(tmp_path, monkeypatch):
     metrics = tmp_path / "metrics"
     metrics.mkdir()

@@ -14,7 +14,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from crf_project.script_cli import script_app
 from crf_project.seed_report import out_option
@@ -26,16 +26,24 @@ FIRST = ("summary", "training_curve", "lexicon")
 MADE_BY = "_Made by "
 
 
-def commit() -> str:
-    """The checkout's short commit, ``-dirty`` when files differ from it; ``unknown`` outside git."""
-    here = Path(__file__).resolve().parent
+#: The project's tracked outputs, relative to the repository root: not part of
+#: what made a table (a command that writes several of them would otherwise
+#: label its later tables ``-dirty`` with its own earlier outputs).
+OUTPUTS = "project/metrics"
+
+
+def commit(where: Optional[Path] = None) -> str:
+    """The checkout's short commit, ``-dirty`` when files other than the
+    outputs in ``OUTPUTS`` differ from it; ``unknown`` outside git."""
+    here = where or Path(__file__).resolve().parent
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
         sha = git("rev-parse", "--short", "HEAD")
-        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", f":(top,exclude){OUTPUTS}")
+        return sha + ("-dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
