@@ -178,7 +178,7 @@ def ray_stream(
             batch_size=1,
             batch_format="pyarrow",
             num_cpus=0,
-            concurrency=max(1, workers // WORKERS_PER_READER),
+            compute=ray.data.TaskPoolStrategy(size=max(1, workers // WORKERS_PER_READER)),
             fn_kwargs={"text_key": text_key, "id_key": id_key, "chunk": chunk_rows(batch_size, sort_buffer)},
         )
         ds = ds.map_batches(
