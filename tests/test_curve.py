@@ -229,6 +229,27 @@ def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
         (600, 1800, 94.0, 78.0, 75.0),
         (800, 2400, 95.0, 77.5, 78.0),
     ]
+    text = _report_with_oov(tmp_path, run, oov)
+    assert "| 3L | 3 | 0.0003 | 0.5 | 400 | 20.0 | 20.0 | 93.00 | 78.50 | 70.00 |" in text
+    assert "| 78.50 (step 400, 20 CPU min) |" in text
+    assert "points per doubling; not on this line (flat or falling) |" in text
+    assert f"SXU OOV recall {DEV_TARGETS['words_oov_recall']}" in text
+    data = srsly.read_json(tmp_path / "metrics" / "curve.json")
+    assert [p["words_oov_recall"] for p in data["runs"]["3L"]["points"]] == [77.0, 78.5, 78.0, 77.5]
+    # a recall that creeps up: the fitted line reaches the target only far past the run
+    creeping = [(s, c, w, 77.0 + 0.01 * i, e) for i, (s, c, w, _, e) in enumerate(oov)]
+    text = _report_with_oov(tmp_path, run, creeping)
+    fit = curve.fit_budget(
+        [{"step": s, "cpu_seconds": c, "words_oov_recall": o} for s, c, _, o, _ in creeping],
+        "words_oov_recall",
+        DEV_TARGETS["words_oov_recall"],
+    )
+    assert fit["cpu_minutes_to_target"] > curve.EXTRAPOLATION_LIMIT * 40  # the line does get there, absurdly late
+    assert f"points per doubling; not within {curve.EXTRAPOLATION_LIMIT}x this run's CPU (nearly flat) |" in text
+
+
+def _report_with_oov(tmp_path, run, points):
+    """Write a run's timed log of (step, CPU s, word F, OOV recall, entity F) and report it."""
     srsly.write_jsonl(
         run / "train_log.times.jsonl",
         [
@@ -239,41 +260,9 @@ def test_report_shows_oov_recall_where_the_run_logged_it(tmp_path):
                 "threads": 2,
                 "scores": {"words_f": w, "words_oov_recall": o, "words_iv_recall": 99.0, "ents_f": e},
             }
-            for s, c, w, o, e in oov
+            for s, c, w, o, e in points
         ],
     )
     result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
-    assert "| 3L | 3 | 0.0003 | 0.5 | 400 | 20.0 | 20.0 | 93.00 | 78.50 | 70.00 |" in text
-    assert "| 78.50 (step 400, 20 CPU min) |" in text
-    assert "points per doubling; not on this line (flat or falling) |" in text
-    assert f"SXU OOV recall {DEV_TARGETS['words_oov_recall']}" in text
-    data = srsly.read_json(tmp_path / "metrics" / "curve.json")
-    assert [p["words_oov_recall"] for p in data["runs"]["3L"]["points"]] == [77.0, 78.5, 78.0, 77.5]
-    # a recall that creeps up: the fitted line reaches the target only far past the run
-    creeping = [(200, 600, 90.0, 77.0, 60.0), (400, 1200, 93.0, 77.01, 70.0), (600, 1800, 94.0, 77.02, 75.0)]
-    creeping.append((800, 2400, 95.0, 77.03, 78.0))
-    srsly.write_jsonl(
-        run / "train_log.times.jsonl",
-        [
-            {
-                "step": s,
-                "seconds": c,
-                "cpu_seconds": c,
-                "threads": 2,
-                "scores": {"words_f": w, "words_oov_recall": o, "ents_f": e},
-            }
-            for s, c, w, o, e in creeping
-        ],
-    )
-    result = CliRunner().invoke(curve.app, ["report", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    text = (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
-    fit = curve.fit_budget(
-        [{"step": s, "cpu_seconds": c, "words_oov_recall": o} for s, c, _, o, _ in creeping],
-        "words_oov_recall",
-        DEV_TARGETS["words_oov_recall"],
-    )
-    assert fit["cpu_minutes_to_target"] > curve.EXTRAPOLATION_LIMIT * 40  # the line does get there, absurdly late
-    assert f"points per doubling; not within {curve.EXTRAPOLATION_LIMIT}x this run's CPU (nearly flat) |" in text
+    return (tmp_path / "metrics" / "curve.md").read_text(encoding="utf8")
