@@ -18,7 +18,6 @@ if one differs).
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ import spacy
 import torch
 
 from spacy_crf.corpora import JointCorpus
+from spacy_crf.files import check_output_paths, write_json_atomic
 
 
 def main() -> None:
@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
+    if args.output:  # before the slow part: never over an input
+        check_output_paths([args.model, args.words, args.ents], [args.output])
     torch.set_num_threads(args.threads)
     nlp = spacy.load(args.model)
     orders = {}
@@ -72,7 +74,7 @@ def main() -> None:
     if args.output:
         record = {"model": str(args.model), "docs": len(orders["stream order"]), "chars": chars, "seconds": seconds}
         record["scores"] = {name: {k: s[k] for k in keys} for name, s in scores.items()}
-        args.output.write_text(json.dumps(record, indent=2))
+        write_json_atomic(args.output, record)
     sys.exit(1 if differing else 0)
 
 
