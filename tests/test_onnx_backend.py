@@ -331,3 +331,44 @@ def test_the_dev_set_backend_benchmark_scores_and_times_each_backend(float_dir, 
     monkeypatch.setattr(sys, "argv", argv[:6] + ["--backends", "onnx-int4"])
     with pytest.raises(SystemExit):
         script.main()
+
+
+def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, tmp_path, monkeypatch):
+    from conftest import ROOT, load_script
+    from spacy.tokens import DocBin
+
+    script = load_script(ROOT / "scripts" / "bench_onnx_int8.py")
+    nlp = spacy.load(float_dir)
+    DocBin(docs=[nlp.make_doc(t) for t in TEXTS[:4] * 3]).to_disk(tmp_path / "train.spacy")
+    DocBin(docs=[nlp.make_doc(t) for t in TEXTS]).to_disk(tmp_path / "dev.spacy")
+    out = tmp_path / "int8.json"
+    argv = [
+        "bench",
+        str(float_dir),
+        "--calibration",
+        str(tmp_path / "train.spacy"),
+        "--dev",
+        str(tmp_path / "dev.spacy"),
+    ]
+    argv += ["--batch-size", "2", "--repeats", "2", "--threads", "1", "--out", str(out)]
+    threads = torch.get_num_threads()
+    try:
+        script.main(argv[1:])
+    finally:
+        torch.set_num_threads(threads)  # the script sets them for the process
+    record = json.loads(out.read_text(encoding="utf8"))
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert list(rows) == ["float32", *script.VARIANTS]
+    assert rows["float32"]["mean_abs_error"] == 0 and rows["float32"]["speedup_best"] == 1.0
+    # every variant is int8, so each moves the hidden state, but not far (the
+    # encoder's hidden states are layer-normed, of the order of 1)
+    for name in script.VARIANTS:
+        assert 0 < rows[name]["mean_abs_error"] < 0.5, (name, rows[name]["mean_abs_error"])
+        assert len(rows[name]["passes_s"]) == 2
+    # the embedding table stays float32 in dynamic-matmul, so its graph is larger
+    assert rows["dynamic-matmul"]["graph_mb"] > rows["dynamic"]["graph_mb"]
+    assert record["dev_pieces"] > 0 and record["dev_batches"] == 3 and "hardware" in record
+    with pytest.raises(SystemExit):
+        script.main(argv[1:6] + ["--variants", "static-int4"])
+    with pytest.raises(SystemExit):
+        script.main(argv[1:6] + ["--repeats", "0"])
