@@ -273,6 +273,23 @@ def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_sessio
             return super().__call__(batch)
 
     monkeypatch.setattr(ray_engine_module, "RayAnnotator", KilledOnce)
+    # Only map_batches' named, undeprecated parameters: **ray_remote_args (where
+    # max_restarts went) and concurrency are deprecated in Ray 2.60 and removed
+    # in 2.64, so the restart below must come from Ray's own defaults.
+    import inspect
+
+    import ray.data
+
+    map_batches = ray.data.Dataset.map_batches
+    named = set(inspect.signature(map_batches).parameters) - {"self", "fn", "ray_remote_args", "concurrency"}
+    named.discard("ray_remote_args_fn")
+    passed = []
+
+    def recording_map_batches(self, fn, **kwargs):
+        passed.append(set(kwargs))
+        return map_batches(self, fn, **kwargs)
+
+    monkeypatch.setattr(ray.data.Dataset, "map_batches", recording_map_batches)
     summary = annotate(
         str(pipeline_dir), str(src), str(tmp_path / "out"), engine="ray", workers=2, batch_size=2, progress=False
     )
@@ -284,3 +301,4 @@ def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_sessio
         f"s{k}.jsonl": [f"{k}-{i}" for i in range(len(TEXTS))] for k in range(3)
     }
     assert summary["docs"] == 3 * len(TEXTS) and summary["shards_written"] == 3
+    assert len(passed) == 2 and all(kwargs <= named for kwargs in passed), passed

@@ -199,10 +199,12 @@ def ray_stream(
             num_cpus=cpus_per_worker,
             num_gpus=gpus_per_worker or None,
             # An actor that dies (node lost, OOM kill, ray.kill) is restarted and
-            # its chunk retried, whatever Ray's defaults: a chunk's output is
-            # taken once, so every record still comes back exactly once, in order.
-            max_restarts=-1,
-            max_task_retries=-1,
+            # its chunk retried: Ray Data's actor pools default to
+            # max_restarts = max_task_retries = -1 (from 2.60, the oldest Ray
+            # allowed), and passing them here goes through **ray_remote_args,
+            # deprecated in 2.60 and removed in 2.64. A chunk's output is taken
+            # once, so every record still comes back exactly once, in order
+            # (test_annotate_paths kills an actor to hold Ray to it).
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for packed in batch.column("rows").to_pylist():
