@@ -292,12 +292,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     for path in [args.pipeline, *args.calibration, *args.dev]:
         if not path.exists():
             p.error(f"{path}: no such file or directory")
+    try:
+        check_output_paths([args.pipeline, *args.calibration, *args.dev], [args.out])
+    except ValueError as e:
+        p.error(str(e))
     return args
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    check_output_paths([args.pipeline, *args.calibration, *args.dev], [args.out])
     result = bench(args)
     print(table(result))
     write_json_atomic(args.out, result)

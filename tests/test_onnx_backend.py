@@ -372,3 +372,6 @@ def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, 
         script.main(argv[1:6] + ["--variants", "static-int4"])
     with pytest.raises(SystemExit):
         script.main(argv[1:6] + ["--repeats", "0"])
+    with pytest.raises(SystemExit):  # the output would overwrite an input
+        script.main(argv[1:6] + ["--out", str(tmp_path / "dev.spacy")])
+    assert (tmp_path / "dev.spacy").stat().st_size > 0
