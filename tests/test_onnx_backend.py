@@ -375,3 +375,46 @@ def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, 
     with pytest.raises(SystemExit):  # the output would overwrite an input
         script.main(argv[1:6] + ["--out", str(tmp_path / "dev.spacy")])
     assert (tmp_path / "dev.spacy").stat().st_size > 0
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_the_roofline_splits_the_time_and_counts_the_encoders_work(float_dir, onnx_dir, tmp_path, backend):
+    from conftest import ROOT, load_script
+    from spacy.tokens import DocBin
+
+    sys.path.insert(0, str(ROOT / "scripts"))  # it imports bench_onnx_int8's reader, as run from there
+    try:
+        script = load_script(ROOT / "scripts" / "roofline.py")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    pipeline = float_dir if backend == "torch" else onnx_dir
+    nlp = spacy.load(pipeline)
+    DocBin(docs=[nlp.make_doc(t) for t in TEXTS * 3]).to_disk(tmp_path / "dev.spacy")
+    out = tmp_path / "roofline.json"
+    threads = torch.get_num_threads()
+    try:
+        script.main(
+            [str(pipeline), str(tmp_path / "dev.spacy"), "--batch-size", "4", "--repeats", "2"]
+            + ["--threads", "1", "--target", "1e9", "--out", str(out)]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    record = json.loads(out.read_text(encoding="utf8"))
+    config = script.encoder_of(nlp).config
+    layers, hidden, inner = config.num_hidden_layers, config.hidden_size, config.intermediate_size
+    flop = record["flop"]
+    # every real piece passes through every dense layer once; padding only adds
+    per_position = 2 * layers * (4 * hidden * hidden + 2 * hidden * inner)
+    assert flop["dense"] == per_position * flop["positions"] >= flop["dense_real_positions"] > 0
+    assert flop["dense_real_positions"] == per_position * flop["real_positions"]
+    assert record["chars"] == 3 * sum(map(len, TEXTS)) and record["pieces_per_char"] > 0.5
+    split = record["s_per_1k_chars"]
+    assert list(split)[:3] == ["encoder forward", "rest of the transformer component", "tokenizer"]
+    assert all(s >= 0 for s in split.values()) and split["encoder forward"] > 0
+    for name in ("float32", "int8"):
+        ceiling = record["ceilings"][name]
+        assert ceiling["peak_op_per_s"] > 1e8
+        assert ceiling["encoder_chars_per_s"] > ceiling["pipeline_chars_per_s"] > 0
+    # a target no CPU reaches leaves the encoder nothing
+    assert record["target"]["left_for_encoder_s_per_1k"] < 0 and record["target"]["dense_op_per_s_needed"] is None
+    assert "hardware" in record
