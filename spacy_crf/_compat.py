@@ -73,6 +73,18 @@ PRIVATE_API: Tuple[PrivateAPI, ...] = (
     PrivateAPI("spacy.tokens.Doc", "_vector_norm", "copied to the merged doc", ("merge",)),
     PrivateAPI("spacy.cli._util", "app", "spaCy's typer app, which `spacy crf` joins", ("cli.plugin",)),
     PrivateAPI(
+        "spacy_transformers.layers.transformer_model",
+        "get_alignment_via_offset_mapping",
+        "the alignment TransformerModel's forward pass looks up, replaced by an equal one in numpy",
+        ("ml.fast_align",),
+    ),
+    PrivateAPI(
+        "spacy_transformers.layers.transformer_model",
+        "huggingface_tokenize",
+        "the tokenization TransformerModel's forward pass looks up, replaced by one with the same output",
+        ("ml.fast_align",),
+    ),
+    PrivateAPI(
         "torch.ops.mkldnn",
         "_is_mkldnn_bf16_supported",
         "whether torch's CPU matrix products run bfloat16 through oneDNN or in its far slower reference loop",
@@ -172,6 +184,33 @@ def stock_replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg):
     from spacy_transformers.layers._util import replace_listener_cfg
 
     return replace_listener_cfg(tok2vec_model_cfg, listener_model_cfg)
+
+
+#: spacy-transformers' own helpers, kept when replace_transformer_helpers replaces them
+_STOCK_TRANSFORMER_HELPERS: Dict[str, Callable] = {}
+
+
+def replace_transformer_helpers(align: Callable, tokenize: Callable) -> None:
+    """Make spacy-transformers' ``TransformerModel`` forward pass align tokens
+    to wordpieces with ``align`` and tokenize with ``tokenize`` (same
+    signatures and results as its ``get_alignment_via_offset_mapping`` and
+    ``huggingface_tokenize``, which its module looks up as globals at every
+    call). Doing it again changes nothing."""
+    from spacy_transformers.layers import transformer_model
+
+    for name, new in (("get_alignment_via_offset_mapping", align), ("huggingface_tokenize", tokenize)):
+        current = getattr(transformer_model, name)
+        if current is not new:
+            _STOCK_TRANSFORMER_HELPERS.setdefault(name, current)
+            setattr(transformer_model, name, new)
+
+
+def stock_transformer_helper(name: str) -> Callable:
+    """spacy-transformers' own ``get_alignment_via_offset_mapping`` or
+    ``huggingface_tokenize``, replaced or not."""
+    from spacy_transformers.layers import transformer_model
+
+    return _STOCK_TRANSFORMER_HELPERS.get(name, getattr(transformer_model, name))
 
 
 def copy_doc_private_fields(source, target) -> None:

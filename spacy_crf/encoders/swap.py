@@ -15,6 +15,7 @@ from spacy_transformers.layers.hf_shim import HFShim
 from thinc.api import Model
 
 from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
+from ..ml import fast_align
 
 Block = Tuple[Tuple[str, ...], Dict[str, Any]]  # (path in the config, block)
 
@@ -74,6 +75,7 @@ def build_transformer_model(
     install: Callable[[TransformerModel], None],
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to it."""
+    fast_align.install()
     model = create_TransformerModel_v3(
         name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
     )
@@ -93,6 +95,7 @@ def build_tok2vec_transformer(
     install: Callable[[TransformerModel], None],
 ) -> Model:
     """``spacy-transformers.Tok2VecTransformer.v3`` with ``install`` applied to its transformer."""
+    fast_align.install()
     model = transformer_tok2vec_v3(
         name,
         get_spans,

@@ -46,6 +46,8 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d
 from thinc.util import torch2xp, xp2torch
 
+from . import fast_align
+
 START_W, START_B, END_W, END_B = "span_start_W", "span_start_b", "span_end_W", "span_end_b"
 #: gold cell values: a gold span, not a gold span, unknown (left out of the loss)
 POSITIVE, NEGATIVE, UNKNOWN = 1, 0, -1
@@ -72,6 +74,7 @@ def build_span_pointer(
     """
     if rope and width % 2:
         raise ValueError(f"SpanPointer: width must be even with rope = true, got {width}.")
+    fast_align.install()  # spacy-transformers' alignment without a Python step per token
     projection = SpanProjection(nO=nO, width=width)
     model: Model = chain(tok2vec, projection)
     model.set_ref("tok2vec", tok2vec)

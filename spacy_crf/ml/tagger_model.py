@@ -29,7 +29,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from . import crf, viterbi_numpy
+from . import crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
 
@@ -83,6 +83,7 @@ def build_crf_tagger(
             f"spacy_crf.CRFTagger.v1: lexicon_width must be a whole number >= 0 (0: off), got {lexicon_width!r}"
         )
     install_fork_hook()
+    fast_align.install()  # spacy-transformers' alignment without a Python step per token
     emissions = Emissions(nO=nO)
     features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None
     layers = [tok2vec if features is None else lexfeat.with_lexicon_features(tok2vec, features), emissions]
