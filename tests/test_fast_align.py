@@ -128,3 +128,46 @@ def test_building_a_crf_tagger_installs_them_and_the_transformer_output_is_uncha
         assert a.wordpieces.strings == b.wordpieces.strings
         assert numpy.array_equal(a.wordpieces.input_ids, b.wordpieces.input_ids)
         assert all(numpy.array_equal(x, y) for x, y in zip(a.tensors, b.tensors))
+
+
+def test_the_helpers_benchmark_times_both_and_checks_their_outputs(tiny_bert_dir, tmp_path, monkeypatch):
+    import json
+
+    import torch
+    from _configs import NER_DATA, PIPELINE_CFG
+    from conftest import ROOT, load_script
+    from spacy.tokens import DocBin
+    from spacy.training import Example
+
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(tiny_bert_dir)))
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+    nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA])
+    nlp.to_disk(tmp_path / "pipeline")
+    DocBin(docs=[nlp.make_doc(t) for t in TEXTS * 2]).to_disk(tmp_path / "dev.spacy")
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # it imports bench_onnx_int8's reader
+    script = load_script(ROOT / "scripts" / "bench_transformer_helpers.py")
+    out = tmp_path / "bench.json"
+    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--batch-size", "3", "--repeats", "2"]
+    threads = torch.get_num_threads()
+    try:
+        script.main(argv + ["--threads", "1", "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    record = json.loads(out.read_text(encoding="utf8"))
+    assert list(record["variants"]) == ["spacy-transformers", "fast_align"]
+    for row in record["variants"].values():
+        assert len(row["seconds"]) == 2 and all(s > 0 for s in row["helpers_s_per_1k_chars_median"].values())
+    # the package's helpers are back in place after the run
+    assert transformer_model.get_alignment_via_offset_mapping is fast_align.align_by_offsets
+    # a helper that changes the output stops the run
+    broken = dict(script.VARIANTS["fast_align"], huggingface_tokenize=lambda tok, texts: _one_piece_less(tok, texts))
+    monkeypatch.setitem(script.VARIANTS, "fast_align", broken)
+    with pytest.raises(SystemExit, match="differ"):
+        script.main(argv + ["--threads", "1", "--out", str(tmp_path / "broken.json")])
+    assert transformer_model.huggingface_tokenize is fast_align.huggingface_tokenize
+
+
+def _one_piece_less(tokenizer, texts):
+    data = fast_align.huggingface_tokenize(tokenizer, texts)
+    data["input_texts"] = [row[:-1] for row in data["input_texts"]]
+    return data
