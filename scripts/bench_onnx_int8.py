@@ -39,7 +39,6 @@ import argparse
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,12 +47,10 @@ from typing import Any, Callable, Dict, List
 import numpy
 import spacy
 import torch
-from spacy.tokens import DocBin
+from bench_common import check_args, finish, read_texts
 
 from spacy_crf.encoders.onnx_graph import _session, export_onnx, quantize_onnx, require_onnxruntime
-from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.util import check_number
 
 Batch = Dict[str, numpy.ndarray]
 VARIANTS = (
@@ -67,16 +64,6 @@ VARIANTS = (
 #: rows per calibration batch: ONNX Runtime's histogram calibrators stack the
 #: batches, so every one has the same shape
 CALIBRATION_ROWS = 16
-
-
-def read_texts(paths: List[Path], limit: int, vocab) -> List[str]:
-    texts = []
-    for path in paths:
-        docs = list(DocBin().from_disk(path).get_docs(vocab))
-        if not docs:
-            sys.exit(f"{path}: no docs")
-        texts.extend(doc.text for doc in docs[:limit])
-    return texts
 
 
 def record_inputs(nlp, texts: List[str], batch_size: int) -> List[Batch]:
@@ -284,27 +271,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown or not args.variants:
         p.error(f"--variants: unknown {', '.join(unknown) or '(none given)'} (known: {', '.join(VARIANTS)})")
-    for name in ("calibration_docs", "dev_docs", "batch_size", "repeats", "threads"):
-        try:
-            check_number(f"--{name.replace('_', '-')}", getattr(args, name), minimum=1)
-        except ValueError as e:
-            p.error(str(e))
-    for path in [args.pipeline, *args.calibration, *args.dev]:
-        if not path.exists():
-            p.error(f"{path}: no such file or directory")
-    try:
-        check_output_paths([args.pipeline, *args.calibration, *args.dev], [args.out])
-    except ValueError as e:
-        p.error(str(e))
+    check_args(
+        p,
+        args,
+        ("calibration_docs", "dev_docs", "batch_size", "repeats", "threads"),
+        [args.pipeline, *args.calibration, *args.dev],
+        args.out,
+    )
     return args
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = bench(args)
-    print(table(result))
-    write_json_atomic(args.out, result)
-    print(f"wrote {args.out}")
+    finish(bench(args), table, args.out)
 
 
 if __name__ == "__main__":

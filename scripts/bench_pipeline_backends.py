@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import spacy
 import torch
+from bench_common import check_args, finish
 from spacy.language import Language
 from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
@@ -41,7 +42,6 @@ from spacy.training import Example
 from spacy_crf.cli.speed import component_seconds
 from spacy_crf.encoders.onnx_backend import export_pipeline
 from spacy_crf.encoders.quantize import quantize_pipeline
-from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.pipeline.scorers import score_words
 
@@ -184,23 +184,15 @@ def main() -> None:
     unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
     if unknown:
         p.error(f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
-    for option in ("batch_size", "speed_limit", "repeats", "threads"):
-        if getattr(args, option) < 1:
-            p.error(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
-    for path in (args.pipeline, args.words, args.ents, args.dictionary):
-        if path is None:
-            continue
-        if not path.exists():
-            p.error(f"{path}: no such file or directory")
-    try:
-        check_output_paths([args.pipeline, args.words, args.ents, args.dictionary], [args.out])
-    except ValueError as e:
-        p.error(str(e))
+    check_args(
+        p,
+        args,
+        ("batch_size", "speed_limit", "repeats", "threads"),
+        [args.pipeline, args.words, args.ents, args.dictionary],
+        args.out,
+    )
     torch.set_num_threads(args.threads)
-    result = bench(args)
-    print(table(result))
-    write_json_atomic(args.out, result)
-    print(f"wrote {args.out}")
+    finish(bench(args), table, args.out)
 
 
 if __name__ == "__main__":

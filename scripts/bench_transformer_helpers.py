@@ -23,15 +23,13 @@ from typing import Any, Dict, List
 import numpy
 import spacy
 import torch
-from bench_onnx_int8 import read_texts
+from bench_common import check_args, finish, read_texts
 from spacy_transformers.layers import transformer_model
 
 from spacy_crf._compat import stock_transformer_helper
 from spacy_crf.batching import sorted_buffers
-from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import fast_align
-from spacy_crf.util import check_number
 
 HELPERS = ("get_alignment_via_offset_mapping", "huggingface_tokenize")
 VARIANTS = {
@@ -148,27 +146,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench_transformer_helpers.json"))
     args = p.parse_args(argv)
-    for name in ("limit", "batch_size", "repeats", "threads"):
-        try:
-            check_number(f"--{name.replace('_', '-')}", getattr(args, name), minimum=1)
-        except ValueError as e:
-            p.error(str(e))
-    for path in [args.pipeline, *args.data]:
-        if not path.exists():
-            p.error(f"{path}: no such file or directory")
-    try:
-        check_output_paths([args.pipeline, *args.data], [args.out])
-    except ValueError as e:
-        p.error(str(e))
+    check_args(p, args, ("limit", "batch_size", "repeats", "threads"), [args.pipeline, *args.data], args.out)
     return args
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = bench(args)
-    print(table(result))
-    write_json_atomic(args.out, result)
-    print(f"wrote {args.out}")
+    finish(bench(args), table, args.out)
 
 
 if __name__ == "__main__":

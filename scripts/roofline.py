@@ -32,13 +32,11 @@ from typing import Any, Dict, List, Tuple
 import numpy
 import spacy
 import torch
-from bench_onnx_int8 import read_texts
+from bench_common import check_args, finish, read_texts
 
 from spacy_crf.batching import sorted_buffers
 from spacy_crf.cli.speed import component_seconds
-from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.util import check_number
 
 #: rows of the GEMMs timed for the peaks: a batch of about 4,000 positions,
 #: as spacy-transformers' max_batch_items makes them
@@ -278,27 +276,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", type=float, default=20000.0, help="chars/s to size the encoder for")
     p.add_argument("--out", type=Path, default=Path("roofline.json"))
     args = p.parse_args(argv)
-    for name in ("limit", "batch_size", "repeats", "threads", "target"):
-        try:
-            check_number(f"--{name.replace('_', '-')}", getattr(args, name), minimum=1)
-        except ValueError as e:
-            p.error(str(e))
-    for path in [args.pipeline, *args.data]:
-        if not path.exists():
-            p.error(f"{path}: no such file or directory")
-    try:
-        check_output_paths([args.pipeline, *args.data], [args.out])
-    except ValueError as e:
-        p.error(str(e))
+    check_args(p, args, ("limit", "batch_size", "repeats", "threads", "target"), [args.pipeline, *args.data], args.out)
     return args
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    result = analyse(args)
-    print(report(result))
-    write_json_atomic(args.out, result)
-    print(f"wrote {args.out}")
+    finish(analyse(args), report, args.out)
 
 
 if __name__ == "__main__":

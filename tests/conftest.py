@@ -23,12 +23,22 @@ CHARS = list("我在北京工作张三去上海今天天气好李四住广州他
 
 
 def load_script(path: Path):
-    """A script file (``scripts/``, ``project/crf_project/``) as a module, without running its main."""
+    """A script file (``scripts/``, ``project/crf_project/``) as a module, without running its main.
+    A ``scripts/`` file loads with its folder on ``sys.path``, as when Python runs it: the
+    benchmarks import their siblings (``bench_common``)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    folder = str(path.parent)
+    added = path.parent.name == "scripts" and folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if added:
+            sys.path.remove(folder)
     return module
 
 

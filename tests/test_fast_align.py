@@ -144,7 +144,6 @@ def test_the_helpers_benchmark_times_both_and_checks_their_outputs(tiny_bert_dir
     nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA])
     nlp.to_disk(tmp_path / "pipeline")
     DocBin(docs=[nlp.make_doc(t) for t in TEXTS * 2]).to_disk(tmp_path / "dev.spacy")
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # it imports bench_onnx_int8's reader
     script = load_script(ROOT / "scripts" / "bench_transformer_helpers.py")
     out = tmp_path / "bench.json"
     argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--batch-size", "3", "--repeats", "2"]

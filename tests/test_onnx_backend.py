@@ -382,11 +382,7 @@ def test_the_roofline_splits_the_time_and_counts_the_encoders_work(float_dir, on
     from conftest import ROOT, load_script
     from spacy.tokens import DocBin
 
-    sys.path.insert(0, str(ROOT / "scripts"))  # it imports bench_onnx_int8's reader, as run from there
-    try:
-        script = load_script(ROOT / "scripts" / "roofline.py")
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    script = load_script(ROOT / "scripts" / "roofline.py")
     pipeline = float_dir if backend == "torch" else onnx_dir
     nlp = spacy.load(pipeline)
     DocBin(docs=[nlp.make_doc(t) for t in TEXTS * 3]).to_disk(tmp_path / "dev.spacy")
