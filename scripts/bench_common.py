@@ -27,6 +27,20 @@ def read_texts(paths: List[Path], limit: int, vocab) -> List[str]:
     return texts
 
 
+def pipeline_texts_parser(doc: str, *, repeats: int, out: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that times a pipeline over dev texts:
+    PIPELINE DATA.spacy... --limit --batch-size --repeats --threads --out."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("pipeline", type=Path, help="A pipeline directory with a transformer component")
+    parser.add_argument("data", type=Path, nargs="+", help=".spacy files whose texts are timed")
+    parser.add_argument("--limit", type=int, default=1000, help="texts of each file")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path(out))
+    return parser
+
+
 def check_args(
     parser: argparse.ArgumentParser,
     args: argparse.Namespace,

@@ -17,13 +17,12 @@ import statistics
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy
 import spacy
 import torch
-from bench_common import check_args, finish, read_texts
+from bench_common import check_args, finish, pipeline_texts_parser, read_texts
 from spacy_transformers.layers import transformer_model
 
 from spacy_crf._compat import stock_transformer_helper
@@ -137,14 +136,7 @@ def table(result: Dict[str, Any]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("pipeline", type=Path, help="A pipeline directory with a transformer component")
-    p.add_argument("data", type=Path, nargs="+", help=".spacy files whose texts are timed")
-    p.add_argument("--limit", type=int, default=1000, help="texts of each file")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path("bench_transformer_helpers.json"))
+    p = pipeline_texts_parser(__doc__, repeats=5, out="bench_transformer_helpers.json")
     args = p.parse_args(argv)
     check_args(p, args, ("limit", "batch_size", "repeats", "threads"), [args.pipeline, *args.data], args.out)
     return args

@@ -26,13 +26,12 @@ have left after the rest, and the GEMM rate that would take.
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy
 import spacy
 import torch
-from bench_common import check_args, finish, read_texts
+from bench_common import check_args, finish, pipeline_texts_parser, read_texts
 
 from spacy_crf.batching import sorted_buffers
 from spacy_crf.cli.speed import component_seconds
@@ -266,15 +265,8 @@ def report(result: Dict[str, Any]) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("pipeline", type=Path, help="A pipeline directory with a transformer component")
-    p.add_argument("data", type=Path, nargs="+", help=".spacy files whose texts are timed")
-    p.add_argument("--limit", type=int, default=1000, help="texts of each file")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p = pipeline_texts_parser(__doc__, repeats=3, out="roofline.json")
     p.add_argument("--target", type=float, default=20000.0, help="chars/s to size the encoder for")
-    p.add_argument("--out", type=Path, default=Path("roofline.json"))
     args = p.parse_args(argv)
     check_args(p, args, ("limit", "batch_size", "repeats", "threads", "target"), [args.pipeline, *args.data], args.out)
     return args
