@@ -16,6 +16,21 @@ from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.util import check_number
 
 
+def load_transformer_pipeline(path: Path):
+    """``spacy.load(path)``; exit if the pipeline has no ``transformer`` component."""
+    import spacy
+
+    nlp = spacy.load(path)
+    if "transformer" not in nlp.pipe_names:
+        sys.exit(f"{path}: no 'transformer' component")
+    return nlp
+
+
+def encoder_of(nlp):
+    """The Hugging Face model (or ONNX stand-in) inside the pipeline's transformer."""
+    return nlp.get_pipe("transformer").model.layers[0].shims[0]._hfmodel.transformer
+
+
 def read_texts(paths: List[Path], limit: int, vocab) -> List[str]:
     """The texts of the first ``limit`` docs of each ``.spacy`` file (exit if one has none)."""
     texts = []

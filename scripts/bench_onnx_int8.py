@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import numpy
-import spacy
 import torch
-from bench_common import check_args, finish, read_texts
+from bench_common import check_args, encoder_of, finish, load_transformer_pipeline, read_texts
 
 from spacy_crf.encoders.onnx_graph import _session, export_onnx, quantize_onnx, require_onnxruntime
 from spacy_crf.hardware import hardware
@@ -69,7 +68,7 @@ CALIBRATION_ROWS = 16
 def record_inputs(nlp, texts: List[str], batch_size: int) -> List[Batch]:
     """The encoder's inputs for ``texts``, batch by batch, as spacy-transformers
     feeds them during ``nlp.pipe``."""
-    hf_model = nlp.get_pipe("transformer").model.layers[0].shims[0]._hfmodel.transformer
+    hf_model = encoder_of(nlp)
     recorded: List[Batch] = []
     forward = hf_model.forward
 
@@ -170,7 +169,7 @@ def hidden_error(session, batches: List[Batch], names: List[str], reference: Lis
 def bench(args: argparse.Namespace) -> Dict[str, Any]:
     require_onnxruntime()
     torch.set_num_threads(args.threads)
-    nlp = spacy.load(args.pipeline)
+    nlp = load_transformer_pipeline(args.pipeline)
     shim = nlp.get_pipe("transformer").model.layers[0].shims[0]
     calibration = record_inputs(nlp, read_texts(args.calibration, args.calibration_docs, nlp.vocab), args.batch_size)
     dev = record_inputs(nlp, read_texts(args.dev, args.dev_docs, nlp.vocab), args.batch_size)

@@ -20,13 +20,12 @@ from collections import Counter
 from typing import Any, Dict, List
 
 import numpy
-import spacy
 import torch
-from bench_common import check_args, finish, pipeline_texts_parser, read_texts
+from bench_common import check_args, finish, load_transformer_pipeline, pipeline_texts_parser, read_texts
 from spacy_transformers.layers import transformer_model
 
 from spacy_crf._compat import stock_transformer_helper
-from spacy_crf.batching import sorted_buffers
+from spacy_crf.batching import pipe_sorted
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import fast_align
 
@@ -59,7 +58,7 @@ def one_pass(nlp, texts: List[str], batch_size: int, helpers: Dict[str, Any]):
     try:
         with nlp.select_pipes(enable=["transformer"]):
             start = time.perf_counter()
-            data = [doc._.trf_data for doc in nlp.pipe(texts, batch_size=batch_size)]
+            data = [doc._.trf_data for doc in pipe_sorted(nlp, texts, batch_size=batch_size)]
             seconds = time.perf_counter() - start
     finally:
         fast_align.install()  # this package's helpers back in place
@@ -77,11 +76,8 @@ def same(a, b) -> bool:
 
 def bench(args: argparse.Namespace) -> Dict[str, Any]:
     torch.set_num_threads(args.threads)
-    nlp = spacy.load(args.pipeline)
-    if "transformer" not in nlp.pipe_names:
-        sys.exit(f"{args.pipeline}: no 'transformer' component")
+    nlp = load_transformer_pipeline(args.pipeline)
     texts = read_texts(args.data, args.limit, nlp.vocab)
-    texts = [t for _, entries in sorted_buffers(texts, 8 * args.batch_size, len) for _, t in entries]
     chars = sum(map(len, texts))
     one_pass(nlp, texts[: args.batch_size], args.batch_size, VARIANTS["fast_align"])  # warm-up
     names = list(VARIANTS)

@@ -24,16 +24,20 @@ have left after the rest, and the GEMM rate that would take.
 """
 
 import argparse
-import sys
 import time
 from typing import Any, Dict, List, Tuple
 
 import numpy
-import spacy
 import torch
-from bench_common import check_args, finish, pipeline_texts_parser, read_texts
+from bench_common import (
+    check_args,
+    encoder_of,
+    finish,
+    load_transformer_pipeline,
+    pipeline_texts_parser,
+    read_texts,
+)
 
-from spacy_crf.batching import sorted_buffers
 from spacy_crf.cli.speed import component_seconds
 from spacy_crf.hardware import hardware
 
@@ -41,11 +45,6 @@ from spacy_crf.hardware import hardware
 #: as spacy-transformers' max_batch_items makes them
 PEAK_ROWS = 4096
 SORT_BUFFER = 8
-
-
-def encoder_of(nlp):
-    """The Hugging Face model (or ONNX stand-in) inside the pipeline's transformer."""
-    return nlp.get_pipe("transformer").model.layers[0].shims[0]._hfmodel.transformer
 
 
 def dims(config) -> Tuple[int, int, int]:
@@ -159,12 +158,9 @@ def per_1k(seconds: float, chars: int) -> float:
 
 def analyse(args: argparse.Namespace) -> Dict[str, Any]:
     torch.set_num_threads(args.threads)
-    nlp = spacy.load(args.pipeline)
-    if "transformer" not in nlp.pipe_names:
-        sys.exit(f"{args.pipeline}: no 'transformer' component")
+    nlp = load_transformer_pipeline(args.pipeline)
     config = encoder_of(nlp).config
     texts = read_texts(args.data, args.limit, nlp.vocab)
-    texts = [t for _, entries in sorted_buffers(texts, SORT_BUFFER * args.batch_size, len) for _, t in entries]
     chars = sum(map(len, texts))
     component_seconds(nlp, texts[: args.batch_size], args.batch_size)  # warm-up: sessions, matchers
     passes = [timed_pipeline(nlp, texts, args.batch_size) for _ in range(args.repeats)]
