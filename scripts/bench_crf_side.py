@@ -9,19 +9,41 @@ CRF taggers and the merge step after it, each timed alone (wall clock: a
 profiler inflates the per-call cost of spaCy's compiled code). The lexicon
 prior's matcher is built before timing (once per process in real use). Prints
 the median seconds per 1,000 characters of each step and of the CRF side as
-a whole; ``spacy crf speed`` gives the whole pipeline's split.
+a whole, and the CRF side's share of the pipeline with the encoder's pass
+(timed once); ``spacy crf speed`` gives the whole pipeline's split.
+
+Side by side in each repeat, on the same docs: the merge step called per doc
+(``merge_words (per doc)``, how ``nlp.pipe`` ran it before it had a ``pipe``
+method) against its ``pipe`` (a batch at a time); the two must give the same
+tokens, entities and span groups, else the script exits 1. Inside the
+taggers, the time spent matching dictionaries, in the lexicon prior, building
+tag masks and decoding is reported too.
 """
 
 import argparse
+import functools
 import statistics
+import sys
 import time
-from typing import Dict, List
+from collections import Counter
+from typing import Callable, Dict, List
 
 import spacy
 from spacy.tokens import Doc, DocBin
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
+from spacy_crf.ml import lexicon_match, tagger_model
+from spacy_crf.pipeline import crf_tagger, lexicon
+
+MERGE_FACTORY = "crf_merge_words"
+#: timed inside the taggers: (label, owner, attribute)
+INSIDE = (
+    ("dictionary match", lexicon_match.WordLexicon, "match_arrays"),
+    ("lexicon prior", lexicon.Lexicon, "emission_biases"),
+    ("tag masks", crf_tagger.CRFTagger, "tag_mask"),
+    ("decoding", tagger_model, "decode"),
+)
 
 
 def run_step(pipe, docs: List[Doc], batch_size: int) -> List[Doc]:
@@ -29,6 +51,26 @@ def run_step(pipe, docs: List[Doc], batch_size: int) -> List[Doc]:
     if hasattr(pipe, "pipe"):
         return list(pipe.pipe(docs, batch_size=batch_size))
     return [pipe(d) for d in docs]
+
+
+def view(doc: Doc) -> tuple:
+    return (
+        [t.text for t in doc],
+        [(e.start_char, e.end_char, e.label_) for e in doc.ents],
+        {k: [(s.start_char, s.end_char, s.label_) for s in g] for k, g in doc.spans.items()},
+    )
+
+
+def timed(counter: Counter, label: str, function: Callable) -> Callable:
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            counter[label] += time.perf_counter() - start
+
+    return call
 
 
 def main() -> None:
@@ -50,26 +92,57 @@ def main() -> None:
     n_chars = sum(map(len, texts))
     trf = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "transformer"]
     steps = [n for n in nlp.pipe_names if n not in trf]
+    start = time.perf_counter()
     with nlp.select_pipes(enable=trf):
         encoded = list(nlp.pipe(texts, batch_size=args.batch_size))
+    encoder_per_1k = (time.perf_counter() - start) / n_chars * 1000
     warm = [d.copy() for d in encoded[:50]]
     for name in steps:  # builds lazy state (the lexicon's matcher) before timing
         warm = run_step(nlp.get_pipe(name), warm, args.batch_size)
-    per_1k: Dict[str, List[float]] = {name: [] for name in steps}
-    for _ in range(args.repeats):
-        docs = [d.copy() for d in encoded]
-        for name in steps:
-            pipe = nlp.get_pipe(name)
-            start = time.perf_counter()
-            docs = run_step(pipe, docs, args.batch_size)
-            per_1k[name].append((time.perf_counter() - start) / n_chars * 1000)
+    merges = [n for n in steps if nlp.get_pipe_meta(n).factory == MERGE_FACTORY]
+    per_1k: Dict[str, List[float]] = {name: [] for name in steps + [f"{n} (per doc)" for n in merges]}
+    inside: Counter = Counter()
+    saved = [(owner, attr, getattr(owner, attr)) for _, owner, attr in INSIDE]
+    for label, owner, attr in INSIDE:
+        setattr(owner, attr, timed(inside, label, getattr(owner, attr)))
+    try:
+        for repeat in range(args.repeats):
+            docs = [d.copy() for d in encoded]
+            for name in steps:
+                pipe = nlp.get_pipe(name)
+                ways = [name, f"{name} (per doc)"] if name in merges else [name]
+                results = {}
+                for way in ways[repeat % len(ways) :] + ways[: repeat % len(ways)]:
+                    start = time.perf_counter()
+                    results[way] = run_step(pipe, docs, args.batch_size) if way == name else [pipe(d) for d in docs]
+                    per_1k[way].append((time.perf_counter() - start) / n_chars * 1000)
+                if len(ways) > 1 and list(map(view, results[ways[0]])) != list(map(view, results[ways[1]])):
+                    sys.exit(f"{name}: called per doc and per batch, the merged docs differ")
+                docs = results[name]
+    finally:
+        for owner, attr, function in saved:
+            setattr(owner, attr, function)
     medians = {name: statistics.median(values) for name, values in per_1k.items()}
+    crf_side = sum(medians[name] for name in steps)
+    inner = {label: inside[label] / args.repeats / n_chars * 1000 for label, _, _ in INSIDE}
     print(f"{len(texts):,} texts, {n_chars:,} chars, {args.repeats} repeats; median s per 1,000 chars:")
     for name, value in medians.items():
         print(f"  {name:12s} {value:.4f}  {[round(v, 4) for v in per_1k[name]]}")
-    print(f"  {'CRF side':12s} {sum(medians.values()):.4f}")
+    print(f"  {'CRF side':12s} {crf_side:.4f}")
+    share = crf_side / (crf_side + encoder_per_1k)
+    print(f"  encoder pass {encoder_per_1k:.4f} (once); the CRF side is {100 * share:.1f} % of the pipeline")
+    print("  inside the taggers: " + ", ".join(f"{label} {value:.4f}" for label, value in inner.items()))
     if args.output:
-        record = {"texts": len(texts), "chars": n_chars, "per_1k_chars": per_1k, "medians": medians}
+        record = {
+            "texts": len(texts),
+            "chars": n_chars,
+            "per_1k_chars": per_1k,
+            "medians": medians,
+            "crf_side": crf_side,
+            "encoder_per_1k_chars": encoder_per_1k,
+            "crf_side_share": share,
+            "inside_taggers": inner,
+        }
         write_json_atomic(args.output, {**record, "hardware": hardware()})
 
 

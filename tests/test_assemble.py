@@ -316,8 +316,18 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     assert "3 texts, 12 chars, 2 repeats" in out and "CRF side" in out
     record = json.loads((tmp_path / "b.json").read_text(encoding="utf8"))
     # the encoder ran once before timing: only the steps after it are timed
-    assert list(record["per_1k_chars"]) == ["segmenter", "crf_ner", "merge_words"]
+    assert list(record["per_1k_chars"]) == ["segmenter", "crf_ner", "merge_words", "merge_words (per doc)"]
     assert all(len(v) == 2 and all(x >= 0 for x in v) for v in record["per_1k_chars"].values())
+    assert 0 < record["crf_side_share"] < 1 and record["encoder_per_1k_chars"] > 0
+    assert list(record["inside_taggers"]) == ["dictionary match", "lexicon prior", "tag masks", "decoding"]
+    assert record["inside_taggers"]["decoding"] > 0
+    # a merge whose batch path gave other docs than its per-doc calls stops the run
+    from spacy_crf.pipeline.merge_words import MergeWords
+
+    monkeypatch.setattr(MergeWords, "pipe", lambda self, docs, batch_size=128: iter(docs))
+    with pytest.raises(SystemExit, match="merged docs differ"):
+        script.main()
+    monkeypatch.undo()
     # the figures may not land on a data file: refused before the pipeline is loaded, the file intact
     before = (tmp_path / "dev.spacy").read_bytes()
     monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv[:-1], str(tmp_path / "dev.spacy")])

@@ -7,10 +7,18 @@ from typing import List, Set, Tuple
 import numpy
 import pytest
 import spacy
+from spacy.attrs import ENT_IOB, ENT_TYPE
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
-from spacy_crf.pipeline.merge_words import CHAR_OFFSETS, MergeWordsError, char_entities, merge_words
+from spacy_crf.pipeline.merge_words import (
+    CHAR_OFFSETS,
+    MergeWords,
+    MergeWordsError,
+    char_entities,
+    merge_docs,
+    merge_words,
+)
 
 LEXICON = ["北京大学", "北京", "大学生", "天安门", "我们", "iPhone", "New", "York", "👨\u200d👩\u200d👧"]
 
@@ -427,6 +435,68 @@ def test_property_entity_policies_lose_nothing(nlp, policy):
             plain = doc.copy()
             plain.ents = []
             assert tokens(out) == tokens(merge_words(plain))
+
+
+def parsed_doc(nlp):
+    doc = Doc(nlp.vocab, words=list("我们在北京"), spaces=[False] * 5, heads=[1, 2, 2, 4, 2], deps=list("abRcd"))
+    doc.spans["words"] = [doc[0:2], doc[2:3], doc[3:5]]
+    doc.ents = [Span(doc, 3, 5, label="LOC")]
+    return doc
+
+
+@pytest.mark.parametrize("policy", ["split", "keep_words"])
+def test_property_batch_merge_equals_merge_of_each_doc(nlp, policy):
+    """Batches of random docs (empty ones, docs with nothing to merge and a
+    parsed doc among them, at random places): merge_docs gives each doc what
+    merge_words gives it alone, the unchanged docs as the same objects, and
+    leaves the input docs as they were."""
+    rng = random.Random(17)
+    for case in range(60):
+        batch = [random_doc(nlp, rng, annotate=rng.random() < 0.7) for _ in range(rng.randint(1, 12))]
+        for _ in range(rng.randint(0, 2)):
+            plain = rng.choice([make(nlp, "", []), make(nlp, "我们", [(0, 1), (1, 2)])])  # nothing to merge
+            batch.insert(rng.randint(0, len(batch)), plain)
+        if rng.random() < 0.3:
+            batch.insert(rng.randint(0, len(batch)), parsed_doc(nlp))
+        expected = [doc_view(merge_words(doc.copy(), entity_policy=policy)) for doc in batch]
+        before = [snapshot(doc) for doc in batch]
+        sizes = [len(doc) for doc in batch]
+        out = merge_docs(batch, entity_policy=policy)
+        assert [doc_view(doc) for doc in out] == expected, case
+        for doc, result, view, n_tokens in zip(batch, out, before, sizes):
+            if doc.has_annotation("DEP"):
+                continue  # retokenized in place, as merge_words does
+            if result is doc:  # nothing to merge (keep_words adds its empty group, as merge_words does)
+                assert len(result) == n_tokens
+            else:
+                assert snapshot(doc) == view and len(doc) == n_tokens and len(result) < n_tokens
+
+
+def test_pipe_merges_in_batches_as_call_does(nlp):
+    rng = random.Random(23)
+    docs = [random_doc(nlp, rng) for _ in range(40)]
+    merger = MergeWords(entity_policy="keep_words")
+    expected = [doc_view(merger(doc.copy())) for doc in docs]
+    assert [doc_view(doc) for doc in merger.pipe(iter(docs), batch_size=7)] == expected
+    assert merge_docs([]) == []
+
+
+def test_batch_errors_name_the_doc(nlp):
+    good = make(nlp, "北京", [(0, 2)])
+    bad = make(nlp, "我们在", [(0, 2)])
+    bad.spans["words"] = [bad[0:2], bad[1:3]]
+    with pytest.raises(MergeWordsError, match=r"overlap at token 1 \('们', char 1\) of the doc '我们在'"):
+        merge_docs([good, bad, good])
+    del good.spans["words"]
+    with pytest.raises(MergeWordsError, match=r"\[crf_merge_words\] doc.spans\['words'\] is missing"):
+        merge_docs([make(nlp, "我们", [(0, 2)]), good])
+    # An "I" token opening a doc, after a doc that ends inside an entity: laid
+    # end to end it would look like the entity's continuation.
+    first = make(nlp, "在北京", [(0, 1), (1, 3)], [(1, 3, "LOC")])
+    stray = make(nlp, "我们", [(0, 2)])
+    stray.from_array([ENT_IOB, ENT_TYPE], numpy.array([[1, first.vocab.strings["LOC"]], [1, 0]], dtype="uint64"))
+    with pytest.raises(ValueError, match="E093"):
+        merge_docs([first, stray])
 
 
 POLICY_CASES = [

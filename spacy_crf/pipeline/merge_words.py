@@ -46,7 +46,9 @@ Guarantees:
 * Words are merged in one linear pass: the merged doc is a new ``Doc`` built
   from the words, with the annotations and span groups above carried over
   (spaCy's ``Retokenizer.merge`` is quadratic in the number of merged
-  words). Use the returned doc: the input doc is left unchanged. A doc with
+  words), and ``nlp.pipe`` merges a batch of docs at a time
+  (:func:`merge_docs`: the small array operations run once per batch, not
+  once per doc). Use the returned doc: the input doc is left unchanged. A doc with
   a dependency parse over its characters is the exception: it is
   retokenized in place by spaCy's retokenizer, which also remaps the heads.
 
@@ -54,7 +56,7 @@ The component has no state besides its config, so it survives
 ``nlp.to_disk``/``spacy.load`` and ``nlp.pipe(..., n_process=2)``.
 """
 
-from typing import List, Tuple
+from typing import Iterable, Iterator, List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import (
@@ -62,8 +64,10 @@ from spacy.attrs import (
     ENT_IOB,
     ENT_KB_ID,
     ENT_TYPE,
+    IDX,
     IS_SPACE,
     LEMMA,
+    LENGTH,
     MORPH,
     NORM,
     ORTH,
@@ -73,11 +77,12 @@ from spacy.attrs import (
     TAG,
 )
 from spacy.language import Language
-from spacy.tokens import Doc, SpanGroup
+from spacy.tokens import Doc
+from spacy.util import minibatch
 
 from .._compat import copy_doc_private_fields
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
-from .span_arrays import char_offsets, entity_rows, span_group, span_rows, with_char_offsets
+from .span_arrays import batch_entity_rows, span_group, span_rows, with_char_offsets
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
@@ -89,6 +94,12 @@ CHAR_OFFSETS = "char_offsets"
 _TOKEN_ATTRS = [TAG, POS, MORPH, LEMMA, NORM, SENT_START]
 _ENT_ATTRS = [ENT_IOB, ENT_TYPE, ENT_KB_ID, ENT_ID]
 _IOB_O = 2
+# What a batch reads of each doc, in one ``to_array`` call: the layout, then
+# the entity and the carried token attributes.
+_ATTRS = [ORTH, SPACY, IS_SPACE, IDX, LENGTH] + _ENT_ATTRS + _TOKEN_ATTRS
+_ORTH, _SPACY, _IS_SPACE, _IDX, _LENGTH = range(5)
+_ENT_COLUMNS = list(range(5, 5 + len(_ENT_ATTRS)))
+_TOKEN_COLUMNS = list(range(5 + len(_ENT_ATTRS), len(_ATTRS)))
 
 
 class MergeWordsError(ValueError):
@@ -155,6 +166,18 @@ class MergeWords:
             component=self.name,
         )
 
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        """The merged docs of ``stream``, in order, merged ``batch_size`` at a
+        time (:func:`merge_docs`): what ``nlp.pipe`` calls."""
+        for docs in minibatch(stream, size=batch_size):
+            yield from merge_docs(
+                docs,
+                self.spans_key,
+                entity_policy=self.entity_policy,
+                unaligned_ents_key=self.unaligned_ents_key,
+                component=self.name,
+            )
+
 
 def _check_config(spans_key: str, entity_policy: str, unaligned_ents_key: str, component: str) -> None:
     if entity_policy not in ENTITY_POLICIES:
@@ -201,59 +224,183 @@ def merge_words(
 
     A missing span group is an error (the pipeline is misconfigured: this
     component must run after the segmenter that writes the group), and so are
-    overlapping word spans.
+    overlapping word spans. :func:`merge_docs` does the same for many docs.
+    """
+    return merge_docs(
+        [doc],
+        spans_key,
+        entity_policy=entity_policy,
+        unaligned_ents_key=unaligned_ents_key,
+        component=component,
+        via_retokenizer=via_retokenizer,
+    )[0]
+
+
+def merge_docs(
+    docs: Sequence[Doc],
+    spans_key: str = DEFAULT_SPANS_KEY,
+    *,
+    entity_policy: str = "split",
+    unaligned_ents_key: str = DEFAULT_UNALIGNED_ENTS_KEY,
+    component: str = "crf_merge_words",
+    via_retokenizer: bool = False,
+) -> List[Doc]:
+    """:func:`merge_words` of each doc, in order, with the same results.
+
+    Why a batch: on short docs the per-doc work is a few dozen small numpy
+    calls, each costing microseconds whatever its size. Here the docs' token
+    arrays are read once each and laid end to end, and the token cuts, the
+    entities and the index maps are computed over the whole batch at once;
+    what stays per doc is building the merged ``Doc`` and its span groups.
     """
     _check_config(spans_key, entity_policy, unaligned_ents_key, component)
     keep_words = entity_policy == "keep_words"
-    _check_doc(doc, spans_key, keep_words, unaligned_ents_key, component)
-    n = len(doc)
-    # Every span group as rows (start, end, label, kb_id, id), words included.
-    groups = [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()]
-    bounds = {key: rows[:, :2].astype(numpy.int64) for key, _, _, rows in groups}
-    # Entity annotation per character token, and the entities as rows
-    # (start, end, label, kb_id, id): read from arrays, as doc.ents builds a
-    # Span per entity and reads every token through Python.
-    ent_rows = doc.to_array(_ENT_ATTRS).reshape((n, len(_ENT_ATTRS)))
-    ents = entity_rows(doc, ent_rows)
+    for doc in docs:
+        _check_doc(doc, spans_key, keep_words, unaligned_ents_key, component)
+    if not docs:
+        return []
+    lengths = numpy.array([len(doc) for doc in docs], dtype=numpy.int64)
+    doc_starts = numpy.zeros(len(docs) + 1, dtype=numpy.int64)  # doc k: tokens doc_starts[k]:doc_starts[k + 1]
+    numpy.cumsum(lengths, out=doc_starts[1:])
+    n_all = int(doc_starts[-1])
+    table = numpy.concatenate([doc.to_array(_ATTRS).reshape((len(doc), len(_ATTRS))) for doc in docs])
+    ent_rows = table[:, _ENT_COLUMNS]
+    # Every span group of every doc as rows (start, end, label, kb_id, id),
+    # words included; bounds across the batch.
+    groups = [
+        [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()] for doc in docs
+    ]
+    ents = batch_entity_rows(docs, ent_rows, doc_starts)
     ent_bounds = ents[:, :2].astype(numpy.int64)
-    cut = _token_starts(doc, spans_key, bounds, ent_bounds, keep_words, component)
-    starts = numpy.flatnonzero(cut)  # first character token of each new token, then n
-    n_new = len(starts) - 1
+    ent_doc = numpy.searchsorted(doc_starts, ent_bounds[:, 0], side="right") - 1
+    cut = _token_starts(docs, groups, table, doc_starts, spans_key, ent_bounds, keep_words, component)
     aligned = cut[ent_bounds[:, 0]] & cut[ent_bounds[:, 1]]
-    if n_new == n and aligned.all():  # nothing to merge
-        if keep_words:
-            doc.spans[unaligned_ents_key] = SpanGroup(doc, name=unaligned_ents_key, attrs={CHAR_OFFSETS: []})
-        return doc
-    # new_index[i]: the new token that holds character token i (new_index[n]:
-    # n_new), the number of token starts up to i, less one. Span boundaries
-    # map through it, as each is a token start or n.
+    # new_index[i]: the merged token that holds token i, counted across the
+    # batch; doc k's own numbering subtracts new_index[doc_starts[k]].
     new_index = numpy.cumsum(cut) - 1
-    char_start, char_end = char_offsets(doc)
+    new_starts = new_index[doc_starts]  # merged tokens before each doc, then their total
+    n_new = numpy.diff(new_starts)
+    unaligned_docs = numpy.bincount(ent_doc[~aligned], minlength=len(docs))
+    changed = (n_new != lengths) | (unaligned_docs > 0)
+    char_start = table[:, _IDX].astype(numpy.int64)
+    char_end = char_start + table[:, _LENGTH].astype(numpy.int64)
     # under keep_words the characters of unaligned entities become "O" (their
     # entities move to the group)
     unaligned = ents[~aligned]
-    for start, end in ent_bounds[~aligned].tolist():
-        ent_rows[start:end] = (_IOB_O, 0, 0, 0)
-    offsets_before = with_char_offsets(ents[aligned], char_start, char_end)
-    if via_retokenizer or doc.has_annotation("DEP"):
-        merged = _merge_in_place(doc, starts)
-    else:
-        merged = _merge_into_new_doc(doc, starts)
-    merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[starts[:-1]]))  # type: ignore[arg-type]
-    # the merged tokens' character offsets: those of their first and last characters
-    token_start, token_end = char_start[starts[:-1]], char_end[starts[1:] - 1]
-    for key, name, attrs, rows in groups:
-        rows[:, :2] = new_index[bounds[key]]
-        merged.spans[key] = span_group(merged, name, attrs, rows)
+    outside = (
+        numpy.cumsum(
+            numpy.bincount(ent_bounds[~aligned, 0], minlength=n_all + 1)
+            - numpy.bincount(ent_bounds[~aligned, 1], minlength=n_all + 1)
+        )[:n_all]
+        > 0
+    )
+    ent_rows[outside] = (_IOB_O, 0, 0, 0)
+    token_starts = numpy.flatnonzero(cut[:n_all])  # first character token of each merged token
+    token_start = char_start[token_starts]
+    token_end = char_end[numpy.append(token_starts[1:], n_all) - 1] if n_all else char_end[:0]
+    out = list(docs)
+    merged_docs = []
+    for k in numpy.flatnonzero(changed).tolist():
+        doc, first = docs[k], int(doc_starts[k])
+        starts = numpy.append(token_starts[new_starts[k] : new_starts[k + 1]], doc_starts[k + 1]) - first
+        if via_retokenizer or doc.has_annotation("DEP"):
+            merged = _merge_in_place(doc, starts)
+        else:
+            merged = _merge_into_new_doc(doc, starts, table[first : first + len(doc)])
+        merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[first + starts[:-1]]))  # type: ignore[arg-type]
+        for key, name, attrs, rows in groups[k]:
+            rows[:, :2] = new_index[rows[:, :2].astype(numpy.int64) + first] - new_starts[k]
+            merged.spans[key] = span_group(merged, name, attrs, rows)
+        out[k] = merged
+        merged_docs.append(k)
     if keep_words:
-        moved = unaligned.copy()
-        moved[:, 0], moved[:, 1] = new_index[unaligned[:, 0]], new_index[unaligned[:, 1] - 1] + 1
-        offsets = with_char_offsets(unaligned, char_start, char_end)[:, :2].tolist()
-        merged.spans[unaligned_ents_key] = span_group(merged, unaligned_ents_key, {CHAR_OFFSETS: offsets}, moved)
-    merged_ents = entity_rows(merged, merged.to_array(_ENT_ATTRS).reshape((n_new, len(_ENT_ATTRS))))
-    if not numpy.array_equal(with_char_offsets(merged_ents, token_start, token_end), offsets_before):
-        raise RuntimeError(f"[{component}] merging words changed the entities of {doc.text[:30]!r}")  # pragma: no cover
-    return merged
+        _write_unaligned(
+            out,
+            unaligned,
+            ent_doc[~aligned],
+            doc_starts,
+            new_index,
+            new_starts,
+            char_start,
+            char_end,
+            unaligned_ents_key,
+        )
+    _check_entities(
+        docs,
+        out,
+        merged_docs,
+        ents[aligned],
+        ent_doc[aligned],
+        doc_starts,
+        new_starts,
+        char_start,
+        char_end,
+        token_start,
+        token_end,
+        component,
+    )
+    return out
+
+
+def _write_unaligned(
+    out: List[Doc],
+    unaligned: numpy.ndarray,
+    unaligned_doc: numpy.ndarray,
+    doc_starts: numpy.ndarray,
+    new_index: numpy.ndarray,
+    new_starts: numpy.ndarray,
+    char_start: numpy.ndarray,
+    char_end: numpy.ndarray,
+    key: str,
+) -> None:
+    """Under ``keep_words``: each doc's entities that do not line up with its
+    merged tokens, as the span group ``key`` over the tokens they touch, with
+    their exact character offsets (an empty group where all line up)."""
+    bounds = unaligned[:, :2].astype(numpy.int64)
+    moved = unaligned.copy()
+    moved[:, 0] = new_index[bounds[:, 0]] - new_starts[unaligned_doc]
+    moved[:, 1] = new_index[bounds[:, 1] - 1] + 1 - new_starts[unaligned_doc]
+    offsets = numpy.stack([char_start[bounds[:, 0]], char_end[bounds[:, 1] - 1]], axis=1) if len(bounds) else bounds
+    split = numpy.searchsorted(unaligned_doc, numpy.arange(len(out) + 1))
+    for k, doc in enumerate(out):
+        a, b = split[k], split[k + 1]
+        doc.spans[key] = span_group(doc, key, {CHAR_OFFSETS: offsets[a:b].tolist()}, moved[a:b])
+
+
+def _check_entities(
+    docs: Sequence[Doc],
+    out: List[Doc],
+    merged_docs: List[int],
+    aligned: numpy.ndarray,
+    aligned_doc: numpy.ndarray,
+    doc_starts: numpy.ndarray,
+    new_starts: numpy.ndarray,
+    char_start: numpy.ndarray,
+    char_end: numpy.ndarray,
+    token_start: numpy.ndarray,
+    token_end: numpy.ndarray,
+    component: str,
+) -> None:
+    """The merged docs' entities are those that lined up, at the same
+    character offsets (a guard: the arrays above are built to keep them)."""
+    if not merged_docs:
+        return
+    merged = [out[k] for k in merged_docs]
+    sizes = numpy.array([len(doc) for doc in merged], dtype=numpy.int64)
+    firsts = new_starts[merged_docs]
+    rows = numpy.concatenate([doc.to_array(_ENT_ATTRS).reshape((len(doc), len(_ENT_ATTRS))) for doc in merged])
+    local_starts = numpy.zeros(len(merged) + 1, dtype=numpy.int64)
+    numpy.cumsum(sizes, out=local_starts[1:])
+    after = batch_entity_rows(merged, rows, local_starts)
+    # back to the batch's merged-token numbering
+    after_doc = numpy.searchsorted(local_starts, after[:, 0].astype(numpy.int64), side="right") - 1
+    shift = (firsts - local_starts[:-1])[after_doc]
+    after_offsets = with_char_offsets(after, token_start, token_end, shift)
+    keep = numpy.isin(aligned_doc, merged_docs)
+    before_offsets = with_char_offsets(aligned[keep], char_start, char_end)
+    if not numpy.array_equal(after_offsets, before_offsets):  # pragma: no cover
+        k = merged_docs[0]
+        raise RuntimeError(f"[{component}] merging words changed the entities of {docs[k].text[:30]!r}")
 
 
 def _check_doc(doc: Doc, spans_key: str, keep_words: bool, unaligned_ents_key: str, component: str) -> None:
@@ -271,33 +418,49 @@ def _check_doc(doc: Doc, spans_key: str, keep_words: bool, unaligned_ents_key: s
 
 
 def _token_starts(
-    doc: Doc, spans_key: str, bounds, ent_bounds: numpy.ndarray, keep_words: bool, component: str
+    docs: Sequence[Doc],
+    groups: List[List[Tuple[str, str, dict, numpy.ndarray]]],
+    table: numpy.ndarray,
+    doc_starts: numpy.ndarray,
+    spans_key: str,
+    ent_bounds: numpy.ndarray,
+    keep_words: bool,
+    component: str,
 ) -> numpy.ndarray:
-    """``cut[i]``: a merged token starts at character token ``i`` (``cut[n]``:
-    the end of the doc). A word is one token unless a space, an entity edge
-    (except under ``keep_words``) or another span group's edge cuts it."""
-    n = len(doc)
-    words = bounds[spans_key]
-    words = words[words[:, 1] > words[:, 0]]  # an empty word covers nothing
-    order = numpy.argsort(words[:, 0], kind="stable")
-    starts_sorted, ends_sorted = words[order, 0], words[order, 1]
-    if len(words) > 1 and (starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1]).any():
-        _raise_overlap(doc, spans_key, component)
+    """``cut[i]``: a merged token starts at token ``i`` of the batch (every
+    doc's first token, and ``cut[n]`` at the end of the batch, included). A
+    word is one token unless a space, an entity edge (except under
+    ``keep_words``) or another span group's edge cuts it."""
+    n = int(doc_starts[-1])
+    words: List[numpy.ndarray] = []
+    others: List[numpy.ndarray] = []
+    for first, doc_groups in zip(doc_starts.tolist(), groups):
+        for key, _, _, rows in doc_groups:
+            (words if key == spans_key else others).append(rows[:, :2].astype(numpy.int64) + first)
+    words_all = numpy.concatenate(words)
+    words_all = words_all[words_all[:, 1] > words_all[:, 0]]  # an empty word covers nothing
+    # docs are disjoint runs of tokens, so sorting across the batch sorts each doc's words
+    order = numpy.argsort(words_all[:, 0], kind="stable")
+    starts_sorted, ends_sorted = words_all[order, 0], words_all[order, 1]
+    if len(order) > 1:
+        overlap = numpy.flatnonzero(starts_sorted[1:] < numpy.maximum.accumulate(ends_sorted)[:-1])
+        if len(overlap):
+            k = int(numpy.searchsorted(doc_starts, starts_sorted[overlap[0] + 1], side="right")) - 1
+            _raise_overlap(docs[k], spans_key, component)
     cut = numpy.zeros(n + 1, dtype=bool)
-    cut[0] = cut[n] = True
+    cut[doc_starts] = True
     if not keep_words:
         cut[ent_bounds.ravel()] = True
-    for key, group_bounds in bounds.items():
-        if key != spans_key:
-            cut[group_bounds.ravel()] = True
+    for bounds in others:
+        cut[bounds.ravel()] = True
     if n:
         # inner[i]: token i continues the word of token i - 1.
         # (bincount: numpy.add.at costs microseconds per call even on a few words)
         steps = numpy.bincount(starts_sorted + 1, minlength=n + 1) - numpy.bincount(ends_sorted, minlength=n + 1)
         inner = numpy.cumsum(steps[:n]) > 0
-        layout = doc.to_array([SPACY, IS_SPACE]).astype(bool)
+        layout = table[:, [_SPACY, _IS_SPACE]].astype(bool)
         space_before = numpy.zeros(n, dtype=bool)
-        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]
+        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]  # a doc's first token is cut anyway
         cut[:n] |= ~inner | space_before | layout[:, 1]
     return cut
 
@@ -310,7 +473,7 @@ def _raise_overlap(doc: Doc, spans_key: str, component: str) -> None:
             if owner[i] != -1:
                 raise MergeWordsError(
                     f"[{component}] word spans in doc.spans[{spans_key!r}] overlap at token {i} "
-                    f"({doc[i].text!r}, char {doc[i].idx}); words must not overlap"
+                    f"({doc[i].text!r}, char {doc[i].idx}) of the doc {doc.text[:30]!r}; words must not overlap"
                 )
             owner[i] = w
     raise AssertionError("no overlap found")  # pragma: no cover
@@ -325,19 +488,19 @@ def _merge_in_place(doc: Doc, starts: numpy.ndarray) -> Doc:
     return doc
 
 
-def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray) -> Doc:
+def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray, table: numpy.ndarray) -> Doc:
     """One linear pass: a new ``Doc`` from the words, with what
     ``Retokenizer.merge`` would keep carried over (entities and span groups are
-    set by the caller)."""
+    set by the caller). ``table``: the doc's ``_ATTRS`` array."""
     vocab = doc.vocab
     first, last = starts[:-1], starts[1:] - 1
     bounds = starts.tolist()
     # (doc.text would build a Token object per character)
     strings = vocab.strings
-    chars = [strings[orth] for orth in doc.to_array(ORTH).tolist()]
+    chars = [strings[orth] for orth in table[:, _ORTH].tolist()]
     words = ["".join(chars[s:e]) if e - s > 1 else chars[s] for s, e in zip(bounds, bounds[1:])]
-    merged = Doc(vocab, words=words, spaces=doc.to_array(SPACY)[last].astype(bool).tolist())
-    char_rows = doc.to_array(_TOKEN_ATTRS)
+    merged = Doc(vocab, words=words, spaces=table[last, _SPACY].astype(bool).tolist())
+    char_rows = table[:, _TOKEN_COLUMNS]
     rows = numpy.ascontiguousarray(char_rows[first])
     # Retokenizer.merge: a merged token has no norm of its own, its lemma is
     # its characters' lemmas joined (no whitespace inside a merged token), and

@@ -11,10 +11,9 @@ every call, which costs more than the objects. Rows are
 """
 
 from itertools import chain
-from typing import Tuple
+from typing import Sequence
 
 import numpy
-from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc, Span, SpanGroup
 
 
@@ -24,15 +23,29 @@ def entity_rows(doc: Doc, ent_rows: numpy.ndarray) -> numpy.ndarray:
     and runs over the "I" tokens after it, as spaCy's ``Doc.ents`` reads
     them. An "I" token outside any entity is spaCy's error, raised by
     ``doc.ents`` itself."""
+    return batch_entity_rows([doc], ent_rows, numpy.zeros(1, dtype=numpy.int64))
+
+
+def batch_entity_rows(docs: Sequence[Doc], ent_rows: numpy.ndarray, doc_starts: numpy.ndarray) -> numpy.ndarray:
+    """:func:`entity_rows` of several docs at once: ``ent_rows`` are their
+    ``_ENT_ATTRS`` arrays one after the other, doc ``k``'s first row at
+    ``doc_starts[k]``; token offsets in the result count across the docs too.
+    A stray "I" token raises spaCy's error for the doc that has it."""
     iob, label = ent_rows[:, 0], ent_rows[:, 1]
-    begins = numpy.flatnonzero((iob == 3) & (label != 0))
+    is_begin = (iob == 3) & (label != 0)
+    begins = numpy.flatnonzero(is_begin)
     inside = iob == 1
+    # an "I" token opening a doc continues nothing (the run before it is another doc's)
+    opening = doc_starts[doc_starts < len(iob)]
+    if inside[opening].any():
+        _raise_stray_inside(docs, doc_starts, int(opening[inside[opening]][0]))
     heads = numpy.flatnonzero(~inside)  # the token each run of "I" tokens follows
     if inside.any():
-        head_of = numpy.searchsorted(heads, numpy.flatnonzero(inside), side="right") - 1
-        if (head_of < 0).any() or not ((iob[heads[head_of]] == 3) & (label[heads[head_of]] != 0)).all():
-            tuple(doc.ents)  # raises spaCy's E093, naming the tokens
-            raise AssertionError("doc.ents accepted a stray I token")  # pragma: no cover
+        inner = numpy.flatnonzero(inside)
+        head_of = numpy.searchsorted(heads, inner, side="right") - 1
+        stray = ~is_begin[heads[head_of]]
+        if stray.any():
+            _raise_stray_inside(docs, doc_starts, int(inner[stray][0]))
     stops = numpy.append(heads, len(iob))
     ends = stops[numpy.searchsorted(stops, begins, side="right")]
     rows = numpy.empty((len(begins), 5), dtype=numpy.uint64)
@@ -40,18 +53,22 @@ def entity_rows(doc: Doc, ent_rows: numpy.ndarray) -> numpy.ndarray:
     return rows
 
 
-def char_offsets(doc: Doc) -> Tuple[numpy.ndarray, numpy.ndarray]:
-    """Start and end character offset of each token."""
-    layout = doc.to_array([IDX, LENGTH]).reshape((len(doc), 2)).astype(numpy.int64)
-    return layout[:, 0], layout[:, 0] + layout[:, 1]
+def _raise_stray_inside(docs: Sequence[Doc], doc_starts: numpy.ndarray, token: int) -> None:
+    doc = docs[int(numpy.searchsorted(doc_starts, token, side="right")) - 1]
+    tuple(doc.ents)  # raises spaCy's E093, naming the tokens
+    raise AssertionError("doc.ents accepted a stray I token")  # pragma: no cover
 
 
-def with_char_offsets(rows: numpy.ndarray, token_start: numpy.ndarray, token_end: numpy.ndarray) -> numpy.ndarray:
+def with_char_offsets(
+    rows: numpy.ndarray, token_start: numpy.ndarray, token_end: numpy.ndarray, shift=0
+) -> numpy.ndarray:
     """Span rows (start, end, ...) with character offsets for the token
-    bounds; spans must not be empty."""
+    bounds; spans must not be empty. ``shift`` (a number, or one per row) is
+    added to the rows' token offsets first, where the rows count tokens from
+    another origin than ``token_start`` and ``token_end``."""
     out = rows.astype(numpy.int64)
     if len(out):
-        out[:, 0], out[:, 1] = token_start[out[:, 0]], token_end[out[:, 1] - 1]
+        out[:, 0], out[:, 1] = token_start[out[:, 0] + shift], token_end[out[:, 1] - 1 + shift]
     return out
 
 
