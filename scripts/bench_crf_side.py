@@ -5,17 +5,22 @@
 
 Runs the pipeline's transformer once over the first ``--limit`` texts of each
 ``.spacy`` file, then, ``--repeats`` times on fresh copies of those docs, the
-CRF taggers and the merge step after it, each timed alone (wall clock: a
+CRF taggers and the merge step after it, batch by batch as ``nlp.pipe`` runs
+them, each timed alone (wall clock: a
 profiler inflates the per-call cost of spaCy's compiled code). The lexicon
 prior's matcher is built before timing (once per process in real use). Prints
 the median seconds per 1,000 characters of each step and of the CRF side as
 a whole, and the CRF side's share of the pipeline with the encoder's pass
 (timed once); ``spacy crf speed`` gives the whole pipeline's split.
 
-Side by side in each repeat, on the same docs: the merge step called per doc
-(``merge_words (per doc)``, how ``nlp.pipe`` ran it before it had a ``pipe``
-method) against its ``pipe`` (a batch at a time); the two must give the same
-tokens, entities and span groups, else the script exits 1. Inside the
+Side by side in each repeat, on the same docs, each step as the pipeline
+runs it and the way it ran before: the merge called per doc (``merge_words
+(per doc)``, how ``nlp.pipe`` ran it before it had a ``pipe`` method) against
+its ``pipe`` (a batch at a time), and each CRF tagger after the first pooling the
+transformer output itself (``(own pooling)``) against taking the other
+head's (:mod:`spacy_crf.ml.shared_listener`); both ways must give the same
+tokens, entities and span groups, else the script exits 1. The CRF side's
+total counts the ways the pipeline runs. Inside the
 taggers, the time spent matching dictionaries, in the lexicon prior, building
 tag masks and decoding is reported too.
 """
@@ -30,10 +35,11 @@ from typing import Callable, Dict, List
 
 import spacy
 from spacy.tokens import Doc, DocBin
+from spacy.util import minibatch
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import lexicon_match, tagger_model
+from spacy_crf.ml import lexicon_match, shared_listener, tagger_model
 from spacy_crf.pipeline import crf_tagger, lexicon
 
 MERGE_FACTORY = "crf_merge_words"
@@ -51,6 +57,28 @@ def run_step(pipe, docs: List[Doc], batch_size: int) -> List[Doc]:
     if hasattr(pipe, "pipe"):
         return list(pipe.pipe(docs, batch_size=batch_size))
     return [pipe(d) for d in docs]
+
+
+def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Callable[[List[Doc]], List[Doc]]]:
+    """How a step is timed: as the pipeline runs it (``name``), and side by
+    side the way it ran before: the merge called per doc, a CRF tagger
+    pooling the transformer output itself (not sharing the other head's)."""
+    pipe = nlp.get_pipe(name)
+    ways = {name: lambda docs: run_step(pipe, docs, batch_size)}
+    if nlp.get_pipe_meta(name).factory == MERGE_FACTORY:
+        ways[f"{name} (per doc)"] = lambda docs: [pipe(d) for d in docs]
+    elif may_share:
+        ways[f"{name} (own pooling)"] = lambda docs: unshared(lambda: run_step(pipe, docs, batch_size))
+    return ways
+
+
+def unshared(call: Callable[[], List[Doc]]) -> List[Doc]:
+    signature = shared_listener.signature
+    shared_listener.signature = lambda tok2vec: None  # type: ignore[assignment]
+    try:
+        return call()
+    finally:
+        shared_listener.signature = signature
 
 
 def view(doc: Doc) -> tuple:
@@ -99,26 +127,42 @@ def main() -> None:
     warm = [d.copy() for d in encoded[:50]]
     for name in steps:  # builds lazy state (the lexicon's matcher) before timing
         warm = run_step(nlp.get_pipe(name), warm, args.batch_size)
-    merges = [n for n in steps if nlp.get_pipe_meta(n).factory == MERGE_FACTORY]
-    per_1k: Dict[str, List[float]] = {name: [] for name in steps + [f"{n} (per doc)" for n in merges]}
+    taggers = [n for n in steps if isinstance(nlp.get_pipe(n), crf_tagger.CRFTagger)]
+    # the first tagger pools for itself either way: the others may take its pooling
+    ways = {name: ways_of(nlp, name, args.batch_size, name in taggers[1:]) for name in steps}
+    per_1k: Dict[str, List[float]] = {way: [] for name in steps for way in ways[name]}
     inside: Counter = Counter()
     saved = [(owner, attr, getattr(owner, attr)) for _, owner, attr in INSIDE]
     for label, owner, attr in INSIDE:
         setattr(owner, attr, timed(inside, label, getattr(owner, attr)))
     try:
         for repeat in range(args.repeats):
-            docs = [d.copy() for d in encoded]
-            for name in steps:
-                pipe = nlp.get_pipe(name)
-                ways = [name, f"{name} (per doc)"] if name in merges else [name]
-                results = {}
-                for way in ways[repeat % len(ways) :] + ways[: repeat % len(ways)]:
-                    start = time.perf_counter()
-                    results[way] = run_step(pipe, docs, args.batch_size) if way == name else [pipe(d) for d in docs]
-                    per_1k[way].append((time.perf_counter() - start) / n_chars * 1000)
-                if len(ways) > 1 and list(map(view, results[ways[0]])) != list(map(view, results[ways[1]])):
-                    sys.exit(f"{name}: called per doc and per batch, the merged docs differ")
-                docs = results[name]
+            copies = [d.copy() for d in encoded]
+            seconds: Counter = Counter()
+            # batch by batch through all the steps, as nlp.pipe interleaves them
+            for docs in minibatch(copies, size=args.batch_size):
+                for name in steps:
+                    order = list(ways[name])
+                    results = {}
+                    for way in order[repeat % len(order) :] + order[: repeat % len(order)]:
+                        if isinstance(nlp.get_pipe(name), crf_tagger.CRFTagger):
+                            for doc in docs:  # what the tagger wrote in the other way (none came before it)
+                                doc.ents = []
+                        before = Counter(inside)
+                        start = time.perf_counter()
+                        out = ways[name][way](docs)
+                        seconds[way] += time.perf_counter() - start
+                        if way != name:  # what the taggers spend inside counts the pipeline's way only
+                            inside.clear()
+                            inside.update(before)
+                        results[way] = list(map(view, out))
+                        if way == name:
+                            next_docs = out
+                    if any(r != results[name] for r in results.values()):
+                        sys.exit(f"{name}: {' and '.join(ways[name])} give different docs")
+                    docs = next_docs
+            for way, value in seconds.items():
+                per_1k[way].append(value / n_chars * 1000)
     finally:
         for owner, attr, function in saved:
             setattr(owner, attr, function)

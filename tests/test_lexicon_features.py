@@ -101,6 +101,9 @@ def test_the_last_batch_is_reused_only_for_the_same_docs_and_tokens():
     docs = [nlp.make_doc("去上海市"), nlp.make_doc("上海")]
     first = lexicon_features(lexicon, docs)
     assert lexicon_features(lexicon, docs) is first  # the second head of a joint pipeline
+    # the first head does every sub-batch of a batch before the second starts
+    other = lexicon_features(lexicon, [nlp.make_doc("市")])
+    assert lexicon_features(lexicon, docs) is first and lexicon_features(lexicon, [nlp.make_doc("市")]) is not other
     assert not first.flags.writeable
     again = lexicon_features(lexicon, [nlp.make_doc("去上海市"), docs[1]])  # equal text, another doc
     assert again is not first

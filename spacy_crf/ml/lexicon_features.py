@@ -63,6 +63,7 @@ from spacy.util import registry
 from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
 from thinc.types import Floats2d
 
+from . import shared_listener
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
 
 POSITIONS = ("begin", "middle", "end", "single")
@@ -189,7 +190,10 @@ def _concat_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
     tok2vec, features = model.layers
-    Xs, backprop_tok2vec = tok2vec(docs, is_train)
+    if is_train:
+        Xs, backprop_tok2vec = tok2vec(docs, is_train)
+    else:  # the other head's pooled transformer output, where it listens the same way
+        Xs, backprop_tok2vec = shared_listener.predict(tok2vec, docs), _no_backprop
     Hs, backprop_features = features(docs, is_train)
     width = Xs[0].shape[1] if len(Xs) else 0
     Ys = [model.ops.xp.hstack((X, H)) for X, H in zip(Xs, Hs)]
@@ -199,6 +203,10 @@ def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
         return backprop_tok2vec([model.ops.as_contig(dY[:, :width]) for dY in dYs])
 
     return Ys, backprop
+
+
+def _no_backprop(dXs):  # pragma: no cover (prediction only)
+    raise ValueError("with_lexicon_features: no backprop at prediction")
 
 
 def initialize_lexicon(model: Model, lexicon: Optional[TaggedLexicon], name: str) -> None:

@@ -28,7 +28,6 @@ an occurrence never starts inside a character.
 
 import itertools
 import math
-import operator
 from collections import Counter
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -36,6 +35,8 @@ import numpy
 import srsly
 from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc
+
+from .batch_cache import BatchCache
 
 #: A word found in a doc: [start, end) in tokens.
 TokenSpan = Tuple[int, int]
@@ -87,6 +88,17 @@ def _checked_words(words: Iterable[str], min_chars: int) -> List[str]:
         if len(word) >= min_chars and not any(ch.isspace() for ch in word):
             kept.add(word)
     return sorted(kept)
+
+
+_texts = BatchCache()
+
+
+def batch_texts(docs: Sequence[Doc]) -> List[str]:
+    """``doc.text`` of each doc. spaCy builds a doc's text token by token, and
+    a segmenter with both a lexicon prior and lexicon features matches the same
+    batch twice, so the texts of the last batches are kept for the same doc
+    objects (a doc's text never changes: retokenizing keeps it)."""
+    return _texts.get(docs, None, sum(len(doc) for doc in docs), lambda: [doc.text for doc in docs])
 
 
 def token_bounds(docs: Sequence[Doc]) -> List[numpy.ndarray]:
@@ -154,7 +166,7 @@ class WordLexicon:
             return empty, empty, empty
         automaton, codec, lengths = self._matcher()
         arrays = token_bounds(docs) if bounds is None else bounds
-        texts = [doc.text for doc in docs]  # spaCy builds a doc's text token by token: once
+        texts = batch_texts(docs)
         text = "\n".join(texts)
         offsets = numpy.zeros((len(docs),), dtype="int64")
         offsets[1:] = numpy.cumsum([len(t) + 1 for t in texts[:-1]])
@@ -207,21 +219,14 @@ class TaggedLexicon(WordLexicon):
         self.classes = numpy.array([table[w][1] for w in self.word_list], dtype="int64")
 
     def for_batch(self, docs: Sequence[Doc], layout: bytes, compute: Callable[[], numpy.ndarray]) -> numpy.ndarray:
-        """``compute()``, or what it gave the last call with the same doc objects
-        and the same ``layout`` (their token boundaries): the heads of a joint
-        pipeline share the dictionary and see each batch in turn. The last
-        batch's docs are held until the next call."""
-        last = getattr(self, "_last_batch", None)
-        if (
-            last is not None
-            and last[1] == layout
-            and len(last[0]) == len(docs)
-            and all(map(operator.is_, last[0], docs))
-        ):
-            return last[2]
-        result = compute()
-        self._last_batch = (tuple(docs), layout, result)
-        return result
+        """``compute()``, or what it gave for the same doc objects with the
+        same ``layout`` (their token boundaries) in one of the last batches
+        (:class:`~spacy_crf.ml.batch_cache.BatchCache`): the heads of a joint
+        pipeline share the dictionary and see each batch in turn."""
+        cache = self.__dict__.get("_batches")
+        if cache is None:  # (not pickled, and from_dict makes the object without __init__)
+            cache = self._batches = BatchCache()
+        return cache.get(docs, layout, sum(len(doc) for doc in docs), compute)
 
     def to_bytes(self) -> bytes:
         """:meth:`to_dict` as msgpack, made once (saved at every checkpoint)."""
