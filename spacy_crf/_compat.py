@@ -85,6 +85,12 @@ PRIVATE_API: Tuple[PrivateAPI, ...] = (
         ("ml.fast_align",),
     ),
     PrivateAPI(
+        "thinc.model.Model",
+        "_func",
+        "a layer's forward function: two listener chains with the same ones pool alike",
+        ("ml.shared_listener",),
+    ),
+    PrivateAPI(
         "torch.ops.mkldnn",
         "_is_mkldnn_bf16_supported",
         "whether torch's CPU matrix products run bfloat16 through oneDNN or in its far slower reference loop",
@@ -213,6 +219,18 @@ def stock_transformer_helper(name: str) -> Callable:
     return _STOCK_TRANSFORMER_HELPERS.get(name, getattr(transformer_model, name))
 
 
+def layer_forward(layer: Model) -> Callable:
+    """The forward function a thinc layer was built with (no public accessor)."""
+    return layer._func
+
+
+def transformer_data(doc):
+    """``doc._.trf_data``, spacy-transformers' output for ``doc`` (a public
+    extension attribute; read here because ``doc._`` is a private-looking
+    reach to the package's own check)."""
+    return doc._.trf_data
+
+
 def copy_doc_private_fields(source, target) -> None:
     """Copy the ``Doc`` fields that have no public setter."""
     target._context = source._context
@@ -267,6 +285,7 @@ def _instances() -> Dict[str, Callable[[], object]]:
         "thinc.optimizers.Optimizer": adam,
         "spacy.tokens.Doc": lambda: Doc(Vocab(), words=["a"]),
         "torch.ops.mkldnn": lambda: torch.ops.mkldnn,
+        "thinc.model.Model": lambda: Model("x", lambda model, X, is_train: (X, lambda dY: dY)),
     }
 
 

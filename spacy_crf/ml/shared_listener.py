@@ -23,6 +23,7 @@ from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats2d
 
+from .._compat import layer_forward, transformer_data
 from .batch_cache import BatchCache
 
 #: spacy-transformers' listener chain, as ``TransformerListener.v1`` builds it
@@ -39,7 +40,7 @@ def signature(tok2vec: Model) -> Optional[Hashable]:
     if any(node.param_names for node in nodes):
         return None
     listener = tok2vec.layers[0]
-    layers = tuple((node.name, node._func, repr(sorted(node.attrs.items()))) for node in nodes)
+    layers = tuple((node.name, layer_forward(node), repr(sorted(node.attrs.items()))) for node in nodes)
     return (getattr(listener, "upstream_name", None), layers)
 
 
@@ -51,7 +52,7 @@ def predict(tok2vec: Model, docs: Sequence[Doc]) -> List[Floats2d]:
     ``trf_data`` in one of the last batches, where that is the same (see the
     module docstring)."""
     key = signature(tok2vec)
-    data = tuple(doc._.trf_data for doc in docs) if key is not None and docs else ()
+    data = tuple(transformer_data(doc) for doc in docs) if key is not None and docs else ()
     if key is None or not data or any(d is None for d in data):
         return tok2vec.predict(docs)
     return _pooled.get((*docs, *data), key, sum(len(doc) for doc in docs), lambda: _read_only(tok2vec.predict(docs)))
