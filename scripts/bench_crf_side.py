@@ -15,14 +15,16 @@ a whole, and the CRF side's share of the pipeline with the encoder's pass
 
 Side by side in each repeat, on the same docs, each step as the pipeline
 runs it and the way it ran before: the merge called per doc (``merge_words
-(per doc)``, how ``nlp.pipe`` ran it before it had a ``pipe`` method) against
-its ``pipe`` (a batch at a time), and each CRF tagger after the first pooling the
-transformer output itself (``(own pooling)``) against taking the other
-head's (:mod:`spacy_crf.ml.shared_listener`); both ways must give the same
-tokens, entities and span groups, else the script exits 1. The CRF side's
-total counts the ways the pipeline runs. Inside the
-taggers, the time spent matching dictionaries, in the lexicon prior, building
-tag masks and decoding is reported too.
+(per doc)``, how ``nlp.pipe`` ran it before it had a ``pipe`` method)
+against its ``pipe`` (a batch at a time); each CRF tagger after the first
+pooling the transformer output itself (``(own pooling)``) against taking the
+other head's (:mod:`spacy_crf.ml.shared_listener`); an entity tagger writing
+its entities per doc from tag strings read token by token (``(entities per
+token)``) against over the batch in array operations. All ways must give the
+same tokens, entities and span groups, else the script exits 1. The CRF
+side's total counts the ways the pipeline runs. Inside the taggers, the time
+spent matching dictionaries, in the lexicon prior, building tag masks and
+decoding is reported too.
 """
 
 import argparse
@@ -34,13 +36,15 @@ from collections import Counter
 from typing import Callable, Dict, List
 
 import spacy
+from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc, DocBin
 from spacy.util import minibatch
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import lexicon_match, shared_listener, tagger_model
-from spacy_crf.pipeline import crf_tagger, lexicon
+from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
+from spacy_crf.util import batch_by_length
 
 MERGE_FACTORY = "crf_merge_words"
 #: timed inside the taggers: (label, owner, attribute)
@@ -67,9 +71,25 @@ def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Calla
     ways = {name: lambda docs: run_step(pipe, docs, batch_size)}
     if nlp.get_pipe_meta(name).factory == MERGE_FACTORY:
         ways[f"{name} (per doc)"] = lambda docs: [pipe(d) for d in docs]
-    elif may_share:
+    if may_share:
         ways[f"{name} (own pooling)"] = lambda docs: unshared(lambda: run_step(pipe, docs, batch_size))
+    if isinstance(pipe, crf_tagger.CRFTagger) and pipe.scheme in ("bio", "bioes"):
+        ways[f"{name} (entities per token)"] = lambda docs: entities_per_token(pipe, docs)
     return ways
+
+
+def entities_per_token(pipe, docs: List[Doc]) -> List[Doc]:
+    """The tagger's ``pipe`` on one batch with entities written as before: per
+    doc, from a list of tag strings read token by token (``tags_to_spans``)."""
+    tags = pipe.tags  # (built from the labels on each access)
+    for indices in batch_by_length([len(doc) for doc in docs], pipe.cfg.get("max_batch_items", 4096)):
+        sub_batch = [docs[i] for i in indices]
+        for doc, ids in zip(sub_batch, pipe.predict(sub_batch)):
+            space = doc.to_array(IS_SPACE).astype(bool).tolist() if len(doc) else []
+            forced_tags.write_entities(
+                doc, pipe.scheme, [None if sp else tags[i] for sp, i in zip(space, ids.tolist())]
+            )
+    return docs
 
 
 def unshared(call: Callable[[], List[Doc]]) -> List[Doc]:

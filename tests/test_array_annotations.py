@@ -11,9 +11,9 @@ import spacy
 from spacy.attrs import ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Span, SpanGroup
 
-from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, make_tags, tags_to_spans
+from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, entity_bounds, make_tags, split_tag, tags_to_spans
 from spacy_crf.pipeline.crf_tagger import CRFTagger
-from spacy_crf.pipeline.forced_tags import _set_ents_outside
+from spacy_crf.pipeline.forced_tags import _set_ents_outside, write_entities
 from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows
 
 ENT_ATTRS = [ENT_IOB, ENT_TYPE, ENT_KB_ID, ENT_ID]
@@ -133,6 +133,48 @@ def test_set_annotations_equal_the_per_token_reference(nlp, scheme):
             assert [(s.start, s.end) for s in doc.spans["words"]] == [(s.start, s.end) for s in expected.spans["words"]]
         else:
             assert entity_arrays(doc) == entity_arrays(expected), case
+
+
+@pytest.mark.parametrize("scheme", ["bio", "bioes"])
+def test_entities_of_a_batch_equal_those_of_each_doc(nlp, scheme):
+    """set_annotations over a batch (entities read from the whole batch's
+    tags at once) gives each doc what write_entities gives it alone: docs
+    with KB ids and entity ids on their tokens, preset entities and blocked
+    tokens (decoded around), whitespace and empty docs among them."""
+    pipe = CRFTagger(nlp.vocab, model=None, name="t", scheme=scheme, labels=["PER", "LOC"])
+    rng = random.Random(7)
+    for case in range(150):
+        docs = [nlp.make_doc(random_text(rng)) for _ in range(rng.randint(1, 8))]
+        for doc in docs:
+            if len(doc) and rng.random() < 0.4:
+                doc.from_array(ENT_ATTRS, random_entity_rows(rng, nlp.vocab.strings, len(doc)))
+        ids = [numpy.array([rng.randrange(len(pipe.tags)) for _ in doc], dtype="int64") for doc in docs]
+        expected = [doc.copy() for doc in docs]
+        for doc, tag_ids in zip(expected, ids):
+            write_entities(doc, scheme, [None if t.is_space else pipe.tags[k] for t, k in zip(doc, tag_ids.tolist())])
+        pipe.set_annotations(docs, ids)
+        assert [entity_arrays(d) for d in docs] == [entity_arrays(d) for d in expected], case
+
+
+def test_entity_bounds_equal_tags_to_spans_of_each_doc_on_random_tags():
+    for scheme in ("bio", "bioes"):
+        tags = make_tags(scheme, ["PER", "LOC", "ORG"])
+        rng = random.Random(11)
+        for case in range(1500):
+            ids, outside, starts, expected = [], [], [], []
+            for n in [rng.randint(0, 12) for _ in range(rng.randint(1, 5))]:
+                doc_ids = [rng.randrange(len(tags)) for _ in range(n)]
+                doc_outside = [rng.random() < 0.15 for _ in range(n)]
+                seq = [None if o else tags[i] for i, o in zip(doc_ids, doc_outside)]
+                expected += [(s + len(ids), e + len(ids), label) for s, e, label in tags_to_spans(scheme, seq)]
+                starts.append(len(ids))
+                ids += doc_ids
+                outside += doc_outside
+            found = entity_bounds(
+                scheme, tags, numpy.array(ids, dtype="int64"), numpy.array(outside, dtype=bool), numpy.array(starts)
+            )
+            got = [(s, e, split_tag(tags[t])[1]) for s, e, t in zip(*(a.tolist() for a in found))]
+            assert got == expected, (scheme, case)
 
 
 def reference_emission_bias(n: int, tags, weight, matches) -> numpy.ndarray:

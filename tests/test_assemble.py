@@ -320,6 +320,7 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
         "segmenter",
         "crf_ner",
         "crf_ner (own pooling)",
+        "crf_ner (entities per token)",
         "merge_words",
         "merge_words (per doc)",
     ]

@@ -106,7 +106,8 @@ def make_tags(scheme: str, labels: Sequence[str]) -> List[str]:
     return list(labels)
 
 
-def _split(tag: str) -> Tuple[str, str]:
+def split_tag(tag: str) -> Tuple[str, str]:
+    """``(prefix, label)`` of a tag: ``("B", "PER")`` for ``B-PER``; ``("O", "")``; a BMES tag has no label."""
     if tag == OUTSIDE:
         return OUTSIDE, ""
     if tag in BMES_TAGS:
@@ -115,7 +116,7 @@ def _split(tag: str) -> Tuple[str, str]:
 
 
 def _can_follow(scheme: str, prev: str, nxt: str) -> bool:
-    (p, plab), (n, nlab) = _split(prev), _split(nxt)
+    (p, plab), (n, nlab) = split_tag(prev), split_tag(nxt)
     if scheme == "bmes":
         inside = p in "BM"  # a word is open after B or M
         return (n in "ME") if inside else (n in "BS")
@@ -128,12 +129,12 @@ def _can_follow(scheme: str, prev: str, nxt: str) -> bool:
 
 
 def _can_start(scheme: str, tag: str) -> bool:
-    p, _ = _split(tag)
+    p, _ = split_tag(tag)
     return p in {"bmes": "BS", "bio": "OB", "bioes": "OBS"}[scheme]
 
 
 def _can_end(scheme: str, tag: str) -> bool:
-    p, _ = _split(tag)
+    p, _ = split_tag(tag)
     return p in {"bmes": "ES", "bio": "OBI", "bioes": "OES"}[scheme]
 
 
@@ -247,7 +248,7 @@ def tags_to_spans(scheme: str, tags: Sequence[Optional[str]], on_repair: Optiona
         if tag is None:
             close(i)
             continue
-        prefix, label = _split(tag)
+        prefix, label = split_tag(tag)
         if scheme == "bmes":
             if prefix in "BS" or open_start is None:
                 close(i)
@@ -292,3 +293,37 @@ def bmes_word_bounds(tag_ids: numpy.ndarray, outside: numpy.ndarray) -> Tuple[nu
     starts = numpy.flatnonzero(opens)
     stops = numpy.append(numpy.flatnonzero(opens | outside), len(ids))
     return starts, stops[numpy.searchsorted(stops, starts, side="right")]
+
+
+# prefix codes of :func:`entity_bounds` (``M`` is read as ``I``, as tags_to_spans does for bioes)
+_PREFIX_CODES = {OUTSIDE: 0, "B": 1, "I": 2, "M": 2, "E": 3, "S": 4}
+
+
+def entity_bounds(
+    scheme: str, tags: Sequence[str], tag_ids: numpy.ndarray, outside: numpy.ndarray, doc_starts: numpy.ndarray
+) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """The entities of ``bio``/``bioes`` tag ids (ids into ``tags``) of several
+    docs laid end to end (doc ``k``'s first token at ``doc_starts[k]``), as
+    arrays of starts, ends and the tag id of each entity's first token
+    (its label is that tag's): exactly ``tags_to_spans(scheme, ...)`` of each doc
+    with ``None`` where ``outside`` is true, conlleval's repairs included, in
+    array operations. A tag continues the open entity when it is ``I``/``E``
+    of the same label and the token before it is in that entity and not its
+    end (``E``/``S``); any other tag in an entity opens one."""
+    if scheme not in ("bio", "bioes"):
+        raise SchemeError(f"entity_bounds: scheme {scheme!r} has no entity labels")
+    prefix_of = numpy.array([_PREFIX_CODES[split_tag(tag)[0]] for tag in tags], dtype=numpy.int8)
+    numbers: dict = {}
+    label_of = numpy.array([numbers.setdefault(split_tag(tag)[1], len(numbers)) for tag in tags], dtype=numpy.int64)
+    ids = numpy.asarray(tag_ids, dtype=numpy.int64).reshape(-1)
+    prefix, label = prefix_of[ids], label_of[ids]
+    in_span = (prefix > 0) & ~numpy.asarray(outside, dtype=bool).reshape(-1)
+    continues = numpy.zeros(len(ids), dtype=bool)
+    continues[1:] = (
+        in_span[:-1] & (prefix[:-1] < 3) & (label[:-1] == label[1:]) & ((prefix[1:] == 2) | (prefix[1:] == 3))
+    )
+    continues[doc_starts[doc_starts < len(ids)]] = False
+    opens = in_span & ~continues
+    starts = numpy.flatnonzero(opens)
+    stops = numpy.append(numpy.flatnonzero(opens | ~in_span), len(ids))
+    return starts, stops[numpy.searchsorted(stops, starts, side="right")], ids[starts]

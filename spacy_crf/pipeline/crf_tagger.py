@@ -265,6 +265,10 @@ class CRFTagger(TrainableHead):
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
+        docs = list(docs)
+        if self.scheme in ("bio", "bioes"):  # the batch's entities at once, through the token arrays
+            forced.write_entity_ids(docs, self.scheme, tags, tag_ids)  # type: ignore[arg-type]
+            return
         for doc, ids in zip(docs, tag_ids):
             if self.scheme == "tag":
                 for token, i in zip(doc, numpy.asarray(ids).tolist()):
@@ -278,9 +282,6 @@ class CRFTagger(TrainableHead):
                 key = self.cfg["spans_key"]
                 words = [Span(doc, s, e) for s, e in zip(starts.tolist(), ends.tolist())]
                 doc.spans[key] = SpanGroup(doc, name=key, spans=words)
-                continue
-            seq = [None if space else tags[i] for space, i in zip(is_space.tolist(), numpy.asarray(ids).tolist())]
-            forced.write_entities(doc, self.scheme, seq)
 
     def _is_initialized(self) -> bool:
         return crf_model.is_initialized(self.model)

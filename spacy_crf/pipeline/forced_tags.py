@@ -24,10 +24,10 @@ The CRF decodes around forced tags (``crf.viterbi``'s ``tag_mask``, a bool
 from typing import List, Optional, Sequence, Tuple
 
 import numpy
-from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE
+from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE, IS_SPACE
 from spacy.tokens import Doc, Span
 
-from ..ml.schemes import OUTSIDE, position_tag, tags_to_spans
+from ..ml.schemes import OUTSIDE, entity_bounds, position_tag, split_tag, tags_to_spans
 
 # spaCy's ENT_IOB values
 _IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
@@ -105,6 +105,51 @@ def write_entities(doc: Doc, scheme: str, tags: List[Optional[str]]) -> None:
         covered[s:e] = True
     outside = [Span(doc, i, i + 1) for i in numpy.flatnonzero(~covered).tolist()]
     doc.set_ents([Span(doc, s, e, label=label) for s, e, label in spans], outside=outside, default="unmodified")
+
+
+def write_entity_ids(docs: Sequence[Doc], scheme: str, tags: Sequence[str], tag_ids: Sequence[numpy.ndarray]) -> None:
+    """:func:`write_entities` of each doc from its decoded tag ids (ids into
+    ``tags``), whitespace tokens in no entity. The entities of the docs
+    without preset entities are read from the tags of the whole batch at
+    once (:func:`~spacy_crf.ml.schemes.entity_bounds`) and written through the
+    token arrays, one ``from_array`` per doc: no Python step per token."""
+    if not docs:
+        return
+    attrs = [IS_SPACE, ENT_IOB, ENT_TYPE, ENT_KB_ID]
+    table = numpy.concatenate(
+        [numpy.zeros((0, 4), dtype=numpy.uint64)] + [doc.to_array(attrs).reshape((len(doc), 4)) for doc in docs]
+    )
+    doc_starts = numpy.zeros(len(docs) + 1, dtype=numpy.int64)
+    numpy.cumsum([len(doc) for doc in docs], out=doc_starts[1:])
+    ids = numpy.concatenate(
+        [numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i, dtype=numpy.int64).reshape(-1) for i in tag_ids]
+    )
+    space = table[:, 0].astype(bool)
+    preset = (table[:, 1] == _IOB_INSIDE) | (table[:, 1] == _IOB_BEGIN)
+    starts, ends, first = entity_bounds(scheme, tags, ids, space, doc_starts[:-1])
+    add = docs[0].vocab.strings.add
+    label_hash = numpy.array([add(split_tag(tag)[1]) if tag != OUTSIDE else 0 for tag in tags], dtype=numpy.uint64)
+    rows = table[:, 1:].copy()
+    rows[:, 0], rows[:, 1] = _IOB_OUTSIDE, 0
+    lengths = ends - starts
+    covered = (
+        numpy.repeat(starts, lengths)
+        + numpy.arange(lengths.sum())
+        - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)
+    )
+    rows[covered, 0] = _IOB_INSIDE
+    rows[starts, 0] = _IOB_BEGIN
+    rows[covered, 1] = numpy.repeat(label_hash[first], lengths)
+    rows[covered, 2] = 0
+    for k, doc in enumerate(docs):
+        a, b = int(doc_starts[k]), int(doc_starts[k + 1])
+        if a == b:
+            continue
+        if preset[a:b].any():  # decoded around entities already on the doc: kept as they are
+            seq = [None if sp else tags[i] for sp, i in zip(space[a:b].tolist(), ids[a:b].tolist())]
+            write_entities(doc, scheme, seq)
+        else:
+            doc.from_array([ENT_IOB, ENT_TYPE, ENT_KB_ID], numpy.ascontiguousarray(rows[a:b]))  # type: ignore[arg-type]
 
 
 def _set_ents_outside(doc: Doc, spans: List[Tuple[int, int, str]]) -> None:
