@@ -291,6 +291,9 @@ def test_add_label_before_and_after_initialize():
     nlp = spacy.blank("zh")
     pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
     assert pipe.add_label("PER") == 1 and pipe.add_label("PER") == 0
+    assert pipe.tags == ["O", "B-PER", "I-PER"]
+    pipe.tags.append("X")  # a copy: the inventory is not changed through it
+    assert pipe.add_label("LOC") == 1 and pipe.tags == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
     with pytest.raises(Exception, match="looks like a tag"):
         pipe.add_label("B-LOC")
     nlp.initialize(lambda: ner_examples(nlp))

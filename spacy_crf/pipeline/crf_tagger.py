@@ -131,8 +131,14 @@ class CRFTagger(TrainableHead):
 
     @property
     def tags(self) -> List[str]:
-        """The tag inventory; tag ids index this list."""
-        return make_tags(self.scheme, self.labels)
+        """The tag inventory; tag ids index this list (a new list each time,
+        made from one kept per scheme and labels: code that indexes it per
+        token should not pay for building it)."""
+        key = (self.scheme, self.labels)
+        cached = getattr(self, "_tags_cache", None)
+        if cached is None or cached[0] != key:
+            cached = self._tags_cache = (key, tuple(make_tags(*key)))
+        return list(cached[1])
 
     @property
     def constraints(self) -> Optional[TransitionMask]:
