@@ -20,7 +20,10 @@ against its ``pipe`` (a batch at a time); each CRF tagger after the first
 pooling the transformer output itself (``(own pooling)``) against taking the
 other head's (:mod:`spacy_crf.ml.shared_listener`); an entity tagger writing
 its entities per doc from tag strings read token by token (``(entities per
-token)``) against over the batch in array operations. All ways must give the
+token)``) against over the batch in array operations; a segmenter with a
+lexicon prior within its lexicon features' dictionary matching the prior
+with its own automaton (``(prior matched apart)``) against reading the
+features' matches. All ways must give the
 same tokens, entities and span groups, else the script exits 1. The CRF
 side's total counts the ways the pipeline runs. Inside the taggers, the time
 spent matching dictionaries, in the lexicon prior, building tag masks and
@@ -42,7 +45,7 @@ from spacy.util import minibatch
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import lexicon_match, shared_listener, tagger_model
+from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
 from spacy_crf.util import batch_by_length
 
@@ -73,9 +76,45 @@ def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Calla
         ways[f"{name} (per doc)"] = lambda docs: [pipe(d) for d in docs]
     if may_share:
         ways[f"{name} (own pooling)"] = lambda docs: unshared(lambda: run_step(pipe, docs, batch_size))
+    if prior_source(pipe) is not None:
+        ways[f"{name} (prior matched apart)"] = lambda docs: prior_apart(lambda: run_step(pipe, docs, batch_size))
     if isinstance(pipe, crf_tagger.CRFTagger) and pipe.scheme in ("bio", "bioes"):
         ways[f"{name} (entities per token)"] = lambda docs: entities_per_token(pipe, docs)
     return ways
+
+
+def prior_source(pipe):
+    """The lexicon features' dictionary a tagger's lexicon prior reads its
+    occurrences from, or None (no prior, no features, or words outside them)."""
+    if not isinstance(pipe, crf_tagger.CRFTagger) or pipe.lexicon is None or not pipe.cfg.get("lexicon_weight"):
+        return None
+    ref = lexicon_features.REF
+    layer = pipe.model.get_ref(ref) if pipe.model.has_ref(ref) else None
+    if layer is None or not lexicon_features.has_lexicon(layer):
+        return None
+    source = lexicon_features.lexicon_of(layer)
+    return source if pipe.lexicon._words_within(source) is not None else None
+
+
+def prior_apart(call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` with the lexicon prior matched by its own automaton."""
+    within = lexicon.Lexicon._words_within
+    lexicon.Lexicon._words_within = lambda self, source: None  # type: ignore[method-assign]
+    try:
+        return call()
+    finally:
+        lexicon.Lexicon._words_within = within  # type: ignore[method-assign]
+
+
+def forget_matches(pipe) -> None:
+    """Drop the dictionary's kept matches, features and texts, so that each
+    way of the first tagger pays for matching the batch (in the pipeline the
+    first tagger always does)."""
+    source = prior_source(pipe)
+    if source is not None:
+        for name in ("_features", "_matches"):
+            source._batch_cache(name).clear()
+        lexicon_match._texts.clear()
 
 
 def entities_per_token(pipe, docs: List[Doc]) -> List[Doc]:
@@ -168,6 +207,8 @@ def main() -> None:
                         if isinstance(nlp.get_pipe(name), crf_tagger.CRFTagger):
                             for doc in docs:  # what the tagger wrote in the other way (none came before it)
                                 doc.ents = []
+                            if len(order) > 1:
+                                forget_matches(nlp.get_pipe(name))
                         before = Counter(inside)
                         start = time.perf_counter()
                         out = ways[name][way](docs)

@@ -401,3 +401,30 @@ def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tin
     assert shipped["components"]["segmenter"]["model"]["lexicon_width"] == 32  # the recipe's (the ablation's)
     assert shipped["components"]["crf_ner"]["model"]["lexicon_width"] == 32
     assert shipped["paths"]["lexicon_features"] is None  # a run must name its dictionary
+
+
+def test_the_prior_reads_its_occurrences_from_the_features_dictionary_when_it_holds_every_word(monkeypatch):
+    """A segmenter's prior over a subset of the features' dictionary takes
+    its occurrences from that dictionary's matches (no second automaton):
+    the same biases as its own matching; a prior with a word the dictionary
+    lacks matches on its own."""
+    from spacy_crf.pipeline.lexicon import Lexicon
+
+    entries = [(w, 5, "n") for w in ["北京", "北京大学", "大学", "大学生", "学生", "上海", "海", "张三", "三"]]
+    source = TaggedLexicon(entries)
+    nlp = spacy.blank("zh")
+    rng = random.Random(5)
+    texts = ["".join(rng.choice("北京大学生上海张三 a") for _ in range(rng.randint(0, 30))) for _ in range(60)]
+    tags = ["B", "M", "E", "S"]
+    for words, derived in ((["北京", "北京大学", "大学生", "张三"], True), (["北京", "学生会"], False)):
+        prior = Lexicon(words)
+        docs = [nlp.make_doc(t) for t in texts]
+        own = prior.emission_biases(docs, tags, 0.7)
+        if derived:  # the prior's own automaton is not used
+            monkeypatch.setattr(prior, "match_arrays", lambda *a, **k: pytest.fail("matched twice"))
+        shared = prior.emission_biases(docs, tags, 0.7, source=source)
+        assert all(numpy.array_equal(a, b) for a, b in zip(own, shared)), words
+        monkeypatch.undo()
+    # the dictionary's matches are kept for the batch, read-only
+    first = source.batch_matches(docs)
+    assert source.batch_matches(docs) is first and not first[0].flags.writeable

@@ -163,3 +163,21 @@ def test_every_sub_batch_of_a_batch_is_shared(nlp, monkeypatch):
     assert len(calls) > 4 and len(computed) == len(calls) // 2  # the segmenter's sub-batches only
     monkeypatch.setattr(shared_listener, "signature", lambda tok2vec: None)
     assert outputs(nlp, texts) == shared
+
+
+def test_a_segmenter_prior_within_the_features_dictionary_decodes_as_with_its_own_matches(nlp, monkeypatch):
+    from spacy_crf.pipeline.lexicon import Lexicon
+
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.set_lexicon(["北京大学", "上海", "工作"], 2.0)
+    derived = []
+    within = Lexicon._words_within
+    monkeypatch.setattr(Lexicon, "_words_within", lambda self, source: derived.append(1) or within(self, source))
+    shared = outputs(nlp, TEXTS)
+    assert (
+        derived
+        and segmenter.lexicon._words_within(segmenter.model.get_ref("lexicon_features").attrs["lexicon"]) is not None
+    )
+    monkeypatch.setattr(Lexicon, "_words_within", lambda self, source: None)  # its own automaton
+    assert outputs(nlp, TEXTS) == shared
+    segmenter.set_lexicon(None)

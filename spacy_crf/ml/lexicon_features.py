@@ -129,7 +129,7 @@ def _read_only(array: numpy.ndarray) -> numpy.ndarray:
 
 def _features(lexicon: TaggedLexicon, docs: Sequence[Doc], bounds: List[numpy.ndarray]) -> numpy.ndarray:
     n_tokens = sum(len(doc) for doc in docs)
-    starts, ends, ids = lexicon.match_arrays(docs, bounds)
+    starts, ends, ids = lexicon.batch_matches(docs, bounds)
     spans = ends - starts
     which = numpy.repeat(numpy.arange(len(starts)), spans)  # occurrence of each (occurrence, token) pair
     offset = numpy.arange(len(which)) - numpy.repeat(numpy.cumsum(spans) - spans, spans)

@@ -101,6 +101,12 @@ def batch_texts(docs: Sequence[Doc]) -> List[str]:
     return _texts.get(docs, None, sum(len(doc) for doc in docs), lambda: [doc.text for doc in docs])
 
 
+def _read_only(arrays: Tuple[numpy.ndarray, ...]) -> Tuple[numpy.ndarray, ...]:
+    for array in arrays:
+        array.setflags(write=False)
+    return arrays
+
+
 def token_bounds(docs: Sequence[Doc]) -> List[numpy.ndarray]:
     """Per doc, int64 ``[len(doc), 2]``: each token's character offset and length."""
     return [doc.to_array([IDX, LENGTH]).reshape(-1, 2).astype("int64") for doc in docs]
@@ -223,10 +229,25 @@ class TaggedLexicon(WordLexicon):
         same ``layout`` (their token boundaries) in one of the last batches
         (:class:`~spacy_crf.ml.batch_cache.BatchCache`): the heads of a joint
         pipeline share the dictionary and see each batch in turn."""
-        cache = self.__dict__.get("_batches")
+        return self._batch_cache("_features").get(docs, layout, sum(len(doc) for doc in docs), compute)
+
+    def batch_matches(
+        self, docs: Sequence[Doc], bounds: Optional[Sequence[numpy.ndarray]] = None
+    ) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+        """:meth:`match_arrays`, kept as :meth:`for_batch` keeps features: the
+        lexicon features and a segmenter's lexicon prior over a subset of
+        these words read the same occurrences. Read-only arrays."""
+        bounds = token_bounds(docs) if bounds is None else bounds
+        layout = b"".join(b.tobytes() for b in bounds)
+        return self._batch_cache("_matches").get(
+            docs, layout, sum(len(doc) for doc in docs), lambda: _read_only(self.match_arrays(docs, bounds))
+        )
+
+    def _batch_cache(self, name: str) -> BatchCache:
+        cache = self.__dict__.get(name)
         if cache is None:  # (not pickled, and from_dict makes the object without __init__)
-            cache = self._batches = BatchCache()
-        return cache.get(docs, layout, sum(len(doc) for doc in docs), compute)
+            cache = self.__dict__[name] = BatchCache()
+        return cache
 
     def to_bytes(self) -> bytes:
         """:meth:`to_dict` as msgpack, made once (saved at every checkpoint)."""

@@ -45,16 +45,38 @@ class Lexicon(WordLexicon):
         found = numpy.asarray(self.matches(doc) if matches is None else matches, dtype=numpy.int64).reshape((-1, 2))
         return _bias(len(doc), found[:, 0], found[:, 1], tags, weight)
 
-    def emission_biases(self, docs: Sequence[Doc], tags: Sequence[str], weight: float) -> List[numpy.ndarray]:
+    def emission_biases(
+        self, docs: Sequence[Doc], tags: Sequence[str], weight: float, source: Optional[TaggedLexicon] = None
+    ) -> List[numpy.ndarray]:
         """:meth:`emission_bias` of each doc, matched in one pass over the
         batch: a doc's bias depends only on the occurrences inside it, and
-        the matcher numbers tokens across the batch."""
+        the matcher numbers tokens across the batch. ``source``: a dictionary
+        that also matches these docs (the segmenter's lexicon features); when
+        it holds every word of this lexicon, the occurrences are read from its
+        matches (:meth:`TaggedLexicon.batch_matches`) instead of a second pass
+        of another automaton over the same text."""
         if not docs:
             return []
-        starts, ends, _ = self.match_arrays(docs)
+        within = self._words_within(source) if source is not None else None
+        if within is None:
+            starts, ends, _ = self.match_arrays(docs)
+        else:
+            starts, ends, ids = source.batch_matches(docs)  # type: ignore[union-attr]
+            keep = within[ids] & (ends - starts >= self.min_tokens)
+            starts, ends = starts[keep], ends[keep]
         lengths = [len(doc) for doc in docs]
         bias = _bias(sum(lengths), starts, ends, tags, weight)
         return numpy.split(bias, numpy.cumsum(lengths)[:-1])
+
+    def _words_within(self, source: TaggedLexicon) -> Optional[numpy.ndarray]:
+        """bool per word id of ``source``: one of this lexicon's words; None
+        unless ``source`` holds them all. Worked out once per source."""
+        cached = self.__dict__.get("_within")
+        if cached is None or cached[0] is not source:
+            covered = self.words <= source.words
+            mask = numpy.fromiter((w in self.words for w in source.word_list), bool, len(source)) if covered else None
+            cached = self.__dict__["_within"] = (source, mask)
+        return cached[1]
 
 
 def _bias(n: int, starts: numpy.ndarray, ends: numpy.ndarray, tags: Sequence[str], weight: float) -> numpy.ndarray:
