@@ -14,6 +14,8 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Sequence, Tuple, TypeVar
 
+import numpy
+
 T = TypeVar("T")
 
 #: tokens' worth of results a cache keeps: a batch of 128 docs of 128 tokens
@@ -61,3 +63,13 @@ class BatchCache:
         with self._lock:
             self._entries.clear()
             self._tokens = 0
+
+
+def read_only(result: T) -> T:
+    """``result`` (an array, or a sequence of arrays) with its numpy arrays
+    made read-only, as results kept for several heads are (a GPU array has no
+    flags: the heads copy it anyway)."""
+    for array in [result] if isinstance(result, numpy.ndarray) else result:  # type: ignore[union-attr]
+        if isinstance(array, numpy.ndarray):
+            array.setflags(write=False)
+    return result

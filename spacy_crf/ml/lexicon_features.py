@@ -64,6 +64,7 @@ from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_at
 from thinc.types import Floats2d
 
 from . import shared_listener
+from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
 
 POSITIONS = ("begin", "middle", "end", "single")
@@ -119,12 +120,7 @@ def lexicon_features(lexicon: TaggedLexicon, docs: Sequence[Doc]) -> numpy.ndarr
     """
     bounds = token_bounds(docs)
     layout = b"".join(b.tobytes() for b in bounds)
-    return lexicon.for_batch(docs, layout, lambda: _read_only(_features(lexicon, docs, bounds)))
-
-
-def _read_only(array: numpy.ndarray) -> numpy.ndarray:
-    array.setflags(write=False)  # handed to both heads
-    return array
+    return lexicon.for_batch(docs, layout, lambda: read_only(_features(lexicon, docs, bounds)))
 
 
 def _features(lexicon: TaggedLexicon, docs: Sequence[Doc], bounds: List[numpy.ndarray]) -> numpy.ndarray:

@@ -36,7 +36,7 @@ import srsly
 from spacy.attrs import IDX, LENGTH
 from spacy.tokens import Doc
 
-from .batch_cache import BatchCache
+from .batch_cache import BatchCache, read_only
 
 #: A word found in a doc: [start, end) in tokens.
 TokenSpan = Tuple[int, int]
@@ -99,12 +99,6 @@ def batch_texts(docs: Sequence[Doc]) -> List[str]:
     batch twice, so the texts of the last batches are kept for the same doc
     objects (a doc's text never changes: retokenizing keeps it)."""
     return _texts.get(docs, None, sum(len(doc) for doc in docs), lambda: [doc.text for doc in docs])
-
-
-def _read_only(arrays: Tuple[numpy.ndarray, ...]) -> Tuple[numpy.ndarray, ...]:
-    for array in arrays:
-        array.setflags(write=False)
-    return arrays
 
 
 def token_bounds(docs: Sequence[Doc]) -> List[numpy.ndarray]:
@@ -240,7 +234,7 @@ class TaggedLexicon(WordLexicon):
         bounds = token_bounds(docs) if bounds is None else bounds
         layout = b"".join(b.tobytes() for b in bounds)
         return self._batch_cache("_matches").get(
-            docs, layout, sum(len(doc) for doc in docs), lambda: _read_only(self.match_arrays(docs, bounds))
+            docs, layout, sum(len(doc) for doc in docs), lambda: read_only(self.match_arrays(docs, bounds))
         )
 
     def _batch_cache(self, name: str) -> BatchCache:

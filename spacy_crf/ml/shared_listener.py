@@ -18,13 +18,12 @@ as two heads hold them.
 
 from typing import Hashable, List, Optional, Sequence
 
-import numpy
 from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats2d
 
 from .._compat import layer_forward, transformer_data
-from .batch_cache import BatchCache
+from .batch_cache import BatchCache, read_only
 
 #: spacy-transformers' listener chain, as ``TransformerListener.v1`` builds it
 LISTENER_CHAIN = "transformer-listener>>trfs2arrays"
@@ -55,11 +54,4 @@ def predict(tok2vec: Model, docs: Sequence[Doc]) -> List[Floats2d]:
     data = tuple(transformer_data(doc) for doc in docs) if key is not None and docs else ()
     if key is None or not data or any(d is None for d in data):
         return tok2vec.predict(docs)
-    return _pooled.get((*docs, *data), key, sum(len(doc) for doc in docs), lambda: _read_only(tok2vec.predict(docs)))
-
-
-def _read_only(result: List[Floats2d]) -> List[Floats2d]:
-    for array in result:
-        if isinstance(array, numpy.ndarray):  # (a GPU array has no flags: the heads copy it anyway)
-            array.setflags(write=False)
-    return result
+    return _pooled.get((*docs, *data), key, sum(len(doc) for doc in docs), lambda: read_only(tok2vec.predict(docs)))
