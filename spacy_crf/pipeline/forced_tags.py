@@ -28,6 +28,7 @@ from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE, IS_SPACE
 from spacy.tokens import Doc, Span
 
 from ..ml.schemes import OUTSIDE, entity_bounds, position_tag, split_tag, tags_to_spans
+from .span_arrays import batch_table
 
 # spaCy's ENT_IOB values
 _IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
@@ -115,12 +116,7 @@ def write_entity_ids(docs: Sequence[Doc], scheme: str, tags: Sequence[str], tag_
     token arrays, one ``from_array`` per doc: no Python step per token."""
     if not docs:
         return
-    attrs = [IS_SPACE, ENT_IOB, ENT_TYPE, ENT_KB_ID]
-    table = numpy.concatenate(
-        [numpy.zeros((0, 4), dtype=numpy.uint64)] + [doc.to_array(attrs).reshape((len(doc), 4)) for doc in docs]
-    )
-    doc_starts = numpy.zeros(len(docs) + 1, dtype=numpy.int64)
-    numpy.cumsum([len(doc) for doc in docs], out=doc_starts[1:])
+    table, doc_starts = batch_table(docs, [IS_SPACE, ENT_IOB, ENT_TYPE, ENT_KB_ID])
     ids = numpy.concatenate(
         [numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i, dtype=numpy.int64).reshape(-1) for i in tag_ids]
     )

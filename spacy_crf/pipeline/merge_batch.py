@@ -33,7 +33,7 @@ from spacy.tokens import Doc
 
 from .._compat import copy_doc_private_fields
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
-from .span_arrays import batch_entity_rows, span_group, span_rows, with_char_offsets
+from .span_arrays import batch_entity_rows, batch_table, span_group, span_rows, with_char_offsets
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
@@ -85,11 +85,9 @@ def merge_docs(
         _check_doc(doc, spans_key, keep_words, unaligned_ents_key, component)
     if not docs:
         return []
-    lengths = numpy.array([len(doc) for doc in docs], dtype=numpy.int64)
-    doc_starts = numpy.zeros(len(docs) + 1, dtype=numpy.int64)  # doc k: tokens doc_starts[k]:doc_starts[k + 1]
-    numpy.cumsum(lengths, out=doc_starts[1:])
+    table, doc_starts = batch_table(docs, _ATTRS)  # doc k: tokens doc_starts[k]:doc_starts[k + 1]
+    lengths = numpy.diff(doc_starts)
     n_all = int(doc_starts[-1])
-    table = numpy.concatenate([doc.to_array(_ATTRS).reshape((len(doc), len(_ATTRS))) for doc in docs])
     ent_rows = table[:, _ENT_COLUMNS]
     # Every span group of every doc as rows (start, end, label, kb_id, id),
     # words included; bounds across the batch.
@@ -212,11 +210,8 @@ def _check_entities(
     if not merged_docs:
         return
     merged = [out[k] for k in merged_docs]
-    sizes = numpy.array([len(doc) for doc in merged], dtype=numpy.int64)
     firsts = new_starts[merged_docs]
-    rows = numpy.concatenate([doc.to_array(_ENT_ATTRS).reshape((len(doc), len(_ENT_ATTRS))) for doc in merged])
-    local_starts = numpy.zeros(len(merged) + 1, dtype=numpy.int64)
-    numpy.cumsum(sizes, out=local_starts[1:])
+    rows, local_starts = batch_table(merged, _ENT_ATTRS)
     after = batch_entity_rows(merged, rows, local_starts)
     # back to the batch's merged-token numbering
     after_doc = numpy.searchsorted(local_starts, after[:, 0].astype(numpy.int64), side="right") - 1

@@ -11,10 +11,21 @@ every call, which costs more than the objects. Rows are
 """
 
 from itertools import chain
-from typing import Sequence
+from typing import Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc, Span, SpanGroup
+
+
+def batch_table(docs: Sequence[Doc], attrs: Sequence[int]) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """The docs' ``attrs`` arrays laid end to end, uint64 ``[n_tokens,
+    len(attrs)]``, and ``doc_starts``, int64 ``[len(docs) + 1]``: doc ``k``'s
+    rows are ``doc_starts[k]:doc_starts[k + 1]``."""
+    doc_starts = numpy.zeros(len(docs) + 1, dtype=numpy.int64)
+    numpy.cumsum([len(doc) for doc in docs], out=doc_starts[1:])
+    arrays = [doc.to_array(list(attrs)).reshape((len(doc), len(attrs))) for doc in docs]
+    table = numpy.concatenate([numpy.zeros((0, len(attrs)), dtype=numpy.uint64), *arrays])
+    return table, doc_starts
 
 
 def entity_rows(doc: Doc, ent_rows: numpy.ndarray) -> numpy.ndarray:
