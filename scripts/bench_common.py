@@ -6,7 +6,10 @@ usage error (exit 2) before any work.
 """
 
 import argparse
+import functools
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -85,3 +88,17 @@ def finish(result: Dict[str, Any], table: Callable[[Dict[str, Any]], str], outpu
     print(table(result))
     write_json_atomic(output, result)
     print(f"wrote {output}")
+
+
+def timed(counter: Counter, label: str, function: Callable) -> Callable:
+    """``function``, adding the wall seconds of each call to ``counter[label]``."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            counter[label] += time.perf_counter() - start
+
+    return call

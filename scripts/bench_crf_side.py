@@ -31,7 +31,6 @@ decoding is reported too.
 """
 
 import argparse
-import functools
 import statistics
 import sys
 import time
@@ -39,6 +38,7 @@ from collections import Counter
 from typing import Callable, Dict, List
 
 import spacy
+from bench_common import timed
 from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc, DocBin
 from spacy.util import minibatch
@@ -146,18 +146,6 @@ def view(doc: Doc) -> tuple:
         [(e.start_char, e.end_char, e.label_) for e in doc.ents],
         {k: [(s.start_char, s.end_char, s.label_) for s in g] for k, g in doc.spans.items()},
     )
-
-
-def timed(counter: Counter, label: str, function: Callable) -> Callable:
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            counter[label] += time.perf_counter() - start
-
-    return call
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List
 
 import numpy
 import torch
-from bench_common import check_args, finish, load_transformer_pipeline, pipeline_texts_parser, read_texts
+from bench_common import check_args, finish, load_transformer_pipeline, pipeline_texts_parser, read_texts, timed
 from spacy_transformers.layers import transformer_model
 
 from spacy_crf._compat import stock_transformer_helper
@@ -43,18 +43,8 @@ def one_pass(nlp, texts: List[str], batch_size: int, helpers: Dict[str, Any]):
     """(seconds, seconds inside each helper, the docs' transformer data)."""
     inside: Counter = Counter()
 
-    def timed(name, function):
-        def call(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                inside[name] += time.perf_counter() - start
-
-        return call
-
     for name, function in helpers.items():
-        setattr(transformer_model, name, timed(name, function))
+        setattr(transformer_model, name, timed(inside, name, function))
     try:
         with nlp.select_pipes(enable=["transformer"]):
             start = time.perf_counter()
