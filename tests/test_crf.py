@@ -149,18 +149,54 @@ def padded_batch(rows: List[torch.Tensor], fill=float("nan"), extra_columns: int
 
 
 KERNELS = {
-    "torch search, bulk backtrace": (crf._search_torch, crf._backtrace_bulk),
-    "torch search, numpy backtrace": (crf._search_torch, crf._backtrace_numpy),
-    "numpy search, numpy backtrace": (crf._search_numpy, crf._backtrace_numpy),
-    "numpy search, bulk backtrace": (crf._search_numpy, crf._backtrace_bulk),
+    "torch search, bulk backtrace": crf._decode_with(crf._search_torch, crf._backtrace_bulk),
+    "torch search, numpy backtrace": crf._decode_with(crf._search_torch, crf._backtrace_numpy),
+    "numpy": crf._decode_numpy,
 }
 
 
 @pytest.fixture(params=sorted(KERNELS))
 def backtrace(request, monkeypatch):
-    """Run a test with each of Viterbi's search and backtrace kernels."""
-    monkeypatch.setattr(crf, "_viterbi_kernels", lambda device, step_size: KERNELS[request.param])
+    """Run a test with each of Viterbi's decoders (accelerators, large and small CPU steps)."""
+    monkeypatch.setattr(crf, "_viterbi_decoder", lambda device, step_size: KERNELS[request.param])
     return request.param
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("num_tags,batch_size", [(4, 1), (4, 32), (21, 32), (21, 40)])
+def test_decoders_give_identical_tags_and_scores(num_tags, batch_size, ties):
+    # (21, 40) is past the numpy decoder's step size: the default CPU choice is torch there.
+    g = torch.Generator().manual_seed(num_tags + batch_size + ties)
+    lengths = torch.randint(0, 20, (batch_size,), generator=g)
+    lengths[0] = 20
+    mask = torch.arange(23)[None, :] < lengths[:, None]  # three all-padding columns
+    if ties:  # small integers: many equal scores, so tie-breaking must agree too
+        emissions = torch.randint(-2, 3, (batch_size, 23, num_tags), generator=g).float()
+        transitions, start, end = (
+            torch.randint(-1, 2, shape, generator=g).float()
+            for shape in [(num_tags, num_tags), (num_tags,), (num_tags,)]
+        )
+    else:
+        emissions = torch.randn(batch_size, 23, num_tags, generator=g) * 3
+        transitions, start, end = (
+            torch.randn(shape, generator=g) for shape in [(num_tags, num_tags), (num_tags,), (num_tags,)]
+        )
+    emissions[~mask] = float("nan")  # padding is never read into a result
+    allowed = torch.rand(num_tags, num_tags, generator=g) < 0.7
+    allowed.fill_diagonal_(True)  # every row has an allowed path
+    constraints = Constraints(allowed, torch.rand(num_tags, generator=g) < 0.7, torch.ones(num_tags, dtype=torch.bool))
+    constraints.start[0] = True
+    results = {}
+    for name, decoder in [("default", None), *KERNELS.items()]:
+        with pytest.MonkeyPatch.context() as patch:
+            if decoder is not None:
+                patch.setattr(crf, "_viterbi_decoder", lambda device, step_size, decoder=decoder: decoder)
+            results[name] = viterbi(emissions, mask, transitions, start, end, constraints)
+    tags, scores = results["default"]
+    assert tags.shape == (batch_size, 23) and (tags[~mask] == -1).all() and (scores[lengths == 0] == 0).all()
+    for name, (other_tags, other_scores) in results.items():
+        assert torch.equal(other_tags, tags), name
+        assert torch.equal(other_scores, scores), name
 
 
 # ---------------------------------------------------------- brute force

@@ -29,8 +29,9 @@ that no allowed path reaches then still has a finite score, so logsumexp and
 its gradient stay finite (``-inf - -inf`` is NaN).
 """
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -356,14 +357,8 @@ def viterbi(
         no_tags = torch.full((batch_size, batch.padded_length), -1, dtype=torch.long, device=device)
         return no_tags, _zero_scores(batch, transitions, start, end)
     with torch.no_grad():
-        step_emissions, _ = _step_major(batch, zero_padding=False)
-        search_transitions = transitions.detach()
-        search, backtrace = _viterbi_kernels(device, num_tags * num_tags * batch_size)
-        scores = search(step_emissions, search_transitions, start.detach())
-        final_scores = _at_last_position(scores, batch) + end.detach().unsqueeze(1)
-        best_score, last_tag = final_scores.max(dim=0)  # [B]
-        path = backtrace(scores, batch, search_transitions, last_tag)
-        best_tags = path.masked_fill(~batch.mask, -1)
+        decode = _viterbi_decoder(device, num_tags * num_tags * batch_size)
+        best_tags, best_score = decode(batch, transitions.detach(), start.detach(), end.detach())
         if length < batch.padded_length:
             best_tags = torch.nn.functional.pad(best_tags, (0, batch.padded_length - length), value=-1)
     needs_grad = torch.is_grad_enabled() and any(
@@ -391,14 +386,6 @@ def _search_torch(step_emissions: Tensor, transitions: Tensor, start: Tensor) ->
     return torch.stack(scores)
 
 
-def _search_numpy(step_emissions: Tensor, transitions: Tensor, start: Tensor) -> Tensor:
-    """:func:`_search_torch` in numpy (CPU tensors share their memory): for a
-    small step (few tags, small batch) the per-op overhead dominates, and
-    numpy's is several times smaller than torch's. The same float32 sums in
-    the same order, so the states are identical."""
-    return torch.from_numpy(viterbi_numpy.search(step_emissions.numpy(), transitions.numpy(), start.numpy()))
-
-
 def _backtrace_numpy(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
     """Same arguments and result as :func:`_backtrace_bulk`, walking back one
     step at a time (all rows together) and recovering only the backpointers
@@ -408,27 +395,58 @@ def _backtrace_numpy(scores: Tensor, batch: _Batch, transitions: Tensor, last_ta
     return torch.from_numpy(path)
 
 
+def _decode_with(search: Callable, backtrace: Callable) -> Callable:
+    """A decoder ``(batch, transitions, start, end) -> (tags [B, T'], scores [B])``
+    from a search and a backtrace kernel, in torch."""
+
+    def decode(batch: _Batch, transitions: Tensor, start: Tensor, end: Tensor) -> Tuple[Tensor, Tensor]:
+        step_emissions, _ = _step_major(batch, zero_padding=False)
+        scores = search(step_emissions, transitions, start)
+        final_scores = _at_last_position(scores, batch) + end.unsqueeze(1)
+        best_score, last_tag = final_scores.max(dim=0)  # [B]
+        path = backtrace(scores, batch, transitions, last_tag)
+        return path.masked_fill(~batch.mask, -1), best_score
+
+    return decode
+
+
+def _decode_numpy(batch: _Batch, transitions: Tensor, start: Tensor, end: Tensor) -> Tuple[Tensor, Tensor]:
+    """The same decoder as ``_decode_with(_search_torch, _backtrace_numpy)``,
+    in numpy from the step-major transpose on (CPU tensors share their
+    memory): for a small step each torch op's overhead dominates, and numpy's
+    is several times smaller. The same float32 sums in the same order, so the
+    paths and scores are identical."""
+    step_emissions = numpy.ascontiguousarray(batch.emissions.numpy().transpose(1, 2, 0))
+    path, best_score = viterbi_numpy.best_paths(
+        step_emissions, batch.lengths.numpy(), transitions.numpy(), start.numpy(), end.numpy()
+    )
+    return torch.from_numpy(path), torch.from_numpy(best_score)
+
+
 # How Viterbi runs, by device and the size of a step ([K, K, B] elements),
 # as measured by scripts/bench_crf.py (docs/results.md, "CRF kernels"):
 #
 # * the search (the best score of each tag at each step) is a loop over the
-#   steps of ~3 small ops. On CPU, while a step is small (4 tags at batch 32),
-#   each op's overhead dominates and numpy's is a fraction of torch's; for
-#   larger steps torch's kernels win.
+#   steps of ~4 small ops. On CPU, while a step is small (up to 21 tags at
+#   batch 32), each op's overhead dominates and numpy's is a fraction of
+#   torch's, so the whole decode runs in numpy; for larger steps torch's
+#   kernels win.
 # * the backtrace: on CPU, walking back one step at a time and computing only
 #   the backpointer of the tag each row takes (O(T K B) work, numpy again);
 #   on accelerators, where small ops are launch-bound, every backpointer at
 #   once in a few large ops, followed by pointer doubling ("bulk").
-_NUMPY_SEARCH_MAX_STEP_SIZE = 4096
+_NUMPY_DECODE_MAX_STEP_SIZE = 16384
 # Largest [steps, K, K, B] block the bulk path materialises at once (memory bound).
 _BULK_BACKPOINTERS_CHUNK = 1 << 22
 
 
-def _viterbi_kernels(device: torch.device, step_size: int):
-    """(search, backtrace) for a device and a step of ``step_size`` elements."""
+def _viterbi_decoder(device: torch.device, step_size: int) -> Callable:
+    """The decoder for a device and a step of ``step_size`` elements."""
     if device.type != "cpu":
-        return _search_torch, _backtrace_bulk
-    return (_search_numpy if step_size <= _NUMPY_SEARCH_MAX_STEP_SIZE else _search_torch), _backtrace_numpy
+        return _decode_with(_search_torch, _backtrace_bulk)
+    if step_size <= _NUMPY_DECODE_MAX_STEP_SIZE:
+        return _decode_numpy
+    return _decode_with(_search_torch, _backtrace_numpy)
 
 
 def _backtrace_bulk(scores: Tensor, batch: _Batch, transitions: Tensor, last_tag: Tensor) -> Tensor:
