@@ -19,6 +19,10 @@ Our constrained decode (BMES / BIO constraints) is timed as an extra column;
 pytorch-crf has no constraints, so only the unconstrained runs are compared.
 Targets: Viterbi >= 3x faster, NLL no slower, NLL equal to 1e-4 relative.
 
+``--one-call`` times something else: both of the shipped pipeline's taggers'
+Viterbi searches in one call (rows of both, tags padded to the larger set,
+a transition matrix per row) against one call each, at its sub-batch shapes.
+
 On a machine shared with other work, timings are noisy: the implementations
 take turns within every repeat so that load hits both alike, and ``--threads
 1`` avoids intra-op thread pools, which stall when the other cores are busy.
@@ -30,11 +34,13 @@ import statistics
 import time
 from typing import Callable, List, Sequence, Tuple
 
+import numpy
 import torch
 from torchcrf import CRF
 from wasabi import msg
 
-from spacy_crf.ml.crf import Constraints, LinearChainCRF
+from spacy_crf.ml import viterbi_numpy
+from spacy_crf.ml.crf import IMPOSSIBLE, Constraints, LinearChainCRF
 
 
 def bmes_constraints() -> Constraints:
@@ -162,6 +168,58 @@ def bench_setting(
     return row, rel_diff, same_paths
 
 
+def search_per_row(emissions, transitions, start):
+    """:func:`spacy_crf.ml.viterbi_numpy.search` with a transition matrix and
+    start scores per row (``[K, K, B]``, ``[K, B]``): what one Viterbi call
+    over two taggers' rows needs (their tag sets padded to the larger)."""
+    num_steps, num_tags, batch_size = emissions.shape
+    transitions_flat = numpy.ascontiguousarray(transitions).reshape(num_tags, num_tags * batch_size)
+    candidates = numpy.empty((num_tags, num_tags, batch_size), dtype=numpy.float32)
+    candidates_flat = candidates.reshape(num_tags, num_tags * batch_size)
+    scores = numpy.empty(emissions.shape, dtype=numpy.float32)
+    scores[0] = start + emissions[0]
+    for t in range(1, num_steps):
+        candidates[...] = scores[t - 1][:, None, :]
+        candidates_flat += transitions_flat
+        numpy.maximum.reduce(candidates, axis=0, out=scores[t])
+        scores[t] += emissions[t]
+    return scores
+
+
+def bench_one_call(args) -> None:
+    """Both taggers' Viterbi search in one call against one call each, at the
+    sub-batch shapes of the shipped pipeline (a BMES segmenter, K = 4, and a
+    BIOES tagger of 3 types, K = 13; sub-batches of up to 4,096 padded
+    tokens). One call pads the segmenter's rows to 13 tags (the extra ones
+    IMPOSSIBLE) and carries a transition matrix per row."""
+    rng = numpy.random.default_rng(args.seed)
+    small, large = 4, 13
+    rows = []
+    for batch, length in [(128, 32), (64, 64), (32, 128), (16, 256)]:
+        seg = rng.standard_normal((length, small, batch)).astype(numpy.float32)
+        ner = rng.standard_normal((length, large, batch)).astype(numpy.float32)
+        seg_t = rng.standard_normal((small, small)).astype(numpy.float32)
+        ner_t = rng.standard_normal((large, large)).astype(numpy.float32)
+        both = numpy.full((length, large, 2 * batch), IMPOSSIBLE, dtype=numpy.float32)
+        both[:, :small, :batch], both[:, :, batch:] = seg, ner
+        both_t = numpy.full((large, large, 2 * batch), IMPOSSIBLE, dtype=numpy.float32)
+        both_t[:small, :small, :batch], both_t[:, :, batch:] = seg_t[:, :, None], ner_t[:, :, None]
+        both_start = numpy.zeros((large, 2 * batch), dtype=numpy.float32)
+        both_start[small:, :batch] = IMPOSSIBLE
+        one = search_per_row(both, both_t, both_start)
+        assert numpy.array_equal(one[:, :, batch:], viterbi_numpy.search(ner, ner_t, numpy.zeros(large, "f")))
+
+        def two_calls():
+            viterbi_numpy.search(seg, seg_t, numpy.zeros(small, dtype=numpy.float32))
+            viterbi_numpy.search(ner, ner_t, numpy.zeros(large, dtype=numpy.float32))
+
+        t_two, t_one = median_ms([two_calls, lambda: search_per_row(both, both_t, both_start)], 3, args.repeats, 25.0)
+        rows.append([str(batch), str(length), f"{t_two:.2f}", f"{t_one:.2f}", f"{t_two / t_one:.2f}x"])
+    header = ["B", "T", "one call each ms", "one call for both ms", "speed-up of one call"]
+    msg.info("Both taggers' Viterbi search: K = 4 and K = 13, one call each or one call for both")
+    msg.table(rows, header=header, divider=True, aligns=["r"] * 5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
@@ -171,9 +229,15 @@ def main() -> None:
     parser.add_argument("--block-ms", type=float, default=25.0, help="length of a timed block of back-to-back calls")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--one-call", action="store_true", help="instead: both taggers' Viterbi search in one call or one each"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.one_call:
+        bench_one_call(args)
+        return
 
     settings = [("BMES", 4, bmes_constraints()), ("BIO x10", 21, bio_constraints(10))]
     rows = []
