@@ -85,3 +85,21 @@ def test_numpy_decode_of_empty_docs_and_bad_masks():
         viterbi_numpy.decode(
             [numpy.zeros((2, 4), dtype="float32")], transitions, None, None, None, [numpy.ones((2, 3))]
         )
+
+
+def test_search_with_a_transition_matrix_per_row():
+    # Rows of two taggers in one search: each row's states are those of a
+    # search with its own matrix and start scores alone.
+    rng = numpy.random.default_rng(0)
+    T, K, B = 7, 5, 6
+    emissions = rng.normal(size=(T, K, B)).astype("float32")
+    matrices = [rng.normal(size=(K, K)).astype("float32") for _ in range(2)]
+    starts = [rng.normal(size=K).astype("float32") for _ in range(2)]
+    which = numpy.array([0, 1, 1, 0, 1, 0])
+    per_row = numpy.stack([matrices[w] for w in which], axis=2)
+    start = numpy.stack([starts[w] for w in which], axis=1)
+    states = viterbi_numpy.search(emissions, per_row, start)
+    for b, w in enumerate(which):
+        alone = viterbi_numpy.search(emissions[:, :, b : b + 1], matrices[w], starts[w])
+        numpy.testing.assert_array_equal(states[:, :, b : b + 1], alone)
+    assert not numpy.array_equal(states[:, :, 0], viterbi_numpy.search(emissions, matrices[1], starts[1])[:, :, 0])

@@ -22,20 +22,23 @@ IMPOSSIBLE = numpy.float32(-1e30)
 def search(emissions: numpy.ndarray, transitions: numpy.ndarray, start: numpy.ndarray) -> numpy.ndarray:
     """The Viterbi states ``[T, K, B]`` from step-major float32 emissions
     ``[T, K, B]``: each tag's best score at each step (values only;
-    backpointers are recovered by :func:`backtrace`)."""
+    backpointers are recovered by :func:`backtrace`). ``transitions``:
+    ``[K_from, K_to]``, or one matrix per row ``[K_from, K_to, B]`` (rows of
+    different taggers in one search); ``start``: ``[K]``, or ``[K, B]``."""
     num_steps, num_tags, batch_size = emissions.shape
     # ``previous[:, None, :] + transitions[:, :, None]`` would broadcast
     # inside one add whose inner loop is only B long, and at B = 32 that loop
     # overhead is most of the step. Copying the previous scores into a
     # [K_from, K_to, B] buffer first and then adding the transitions as one
     # contiguous run of K_to * B per tag is faster (same float32 sums).
+    per_row = transitions if transitions.ndim == 3 else transitions[:, :, None]
     transitions_from_to = numpy.ascontiguousarray(
-        numpy.broadcast_to(transitions[:, :, None], (num_tags, num_tags, batch_size)), dtype=numpy.float32
+        numpy.broadcast_to(per_row, (num_tags, num_tags, batch_size)), dtype=numpy.float32
     ).reshape(num_tags, num_tags * batch_size)
     candidates = numpy.empty((num_tags, num_tags, batch_size), dtype=numpy.float32)
     candidates_flat = candidates.reshape(num_tags, num_tags * batch_size)
     scores = numpy.empty(emissions.shape, dtype=numpy.float32)
-    scores[0] = start[:, None] + emissions[0]
+    scores[0] = (start if start.ndim == 2 else start[:, None]) + emissions[0]
     for t in range(1, num_steps):
         candidates[...] = scores[t - 1][:, None, :]
         candidates_flat += transitions_from_to
