@@ -123,8 +123,8 @@ def merge_docs(
     token_start = char_start[token_starts]
     token_end = char_end[numpy.append(token_starts[1:], n_all) - 1] if n_all else char_end[:0]
     out = list(docs)
-    merged_docs = []
-    for k in numpy.flatnonzero(changed).tolist():
+    merged_docs = numpy.flatnonzero(changed).tolist()
+    for k in merged_docs:
         doc, first = docs[k], int(doc_starts[k])
         starts = numpy.append(token_starts[new_starts[k] : new_starts[k + 1]], doc_starts[k + 1]) - first
         if via_retokenizer or doc.has_annotation("DEP"):
@@ -136,7 +136,6 @@ def merge_docs(
             rows[:, :2] = new_index[rows[:, :2].astype(numpy.int64) + first] - new_starts[k]
             merged.spans[key] = span_group(merged, name, attrs, rows)
         out[k] = merged
-        merged_docs.append(k)
     if keep_words:
         _write_unaligned(
             out,
