@@ -54,7 +54,7 @@ MERGE_FACTORY = "crf_merge_words"
 INSIDE = (
     ("dictionary match", lexicon_match.WordLexicon, "match_arrays"),
     ("lexicon prior", lexicon.Lexicon, "emission_biases"),
-    ("tag masks", crf_tagger.CRFTagger, "tag_mask"),
+    ("tag masks", crf_tagger.CRFTagger, "tag_masks"),
     ("decoding", tagger_model, "decode"),
 )
 

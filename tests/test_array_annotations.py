@@ -12,6 +12,7 @@ from spacy.attrs import ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Span, SpanGroup
 
 from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, entity_bounds, make_tags, split_tag, tags_to_spans
+from spacy_crf.pipeline import forced_tags
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.forced_tags import _set_ents_outside, write_entities
 from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows
@@ -208,3 +209,36 @@ def test_lexicon_emission_bias_equals_the_per_occurrence_loop_bit_for_bit(nlp, w
             lexicon.emission_bias(doc, tags, weight).tobytes()
             == reference_emission_bias(len(doc), tags, weight, lexicon.matches(doc)).tobytes()
         )
+
+
+@pytest.mark.parametrize("scheme", ["bmes", "bio", "bioes"])
+@pytest.mark.parametrize("respect_ents", [False, True])
+def test_tag_masks_of_a_batch_equal_those_of_each_doc(nlp, scheme, respect_ents):
+    """Docs with and without whitespace, preset entities (of known and other
+    labels) and blocked tokens, empty ones among them: the batch finds the
+    docs that force nothing, the others take the per-doc path."""
+    rng = random.Random(len(scheme) + respect_ents)
+    labels = ["PER", "LOC"]
+    tags = BMES_TAGS if scheme == "bmes" else make_tags(scheme, labels)
+    docs = []
+    for _ in range(200):
+        doc = nlp.make_doc(random_text(rng) if rng.random() < 0.5 else "".join(rng.sample("我们在北京工作", 5)))
+        free = [i for i, t in enumerate(doc) if not t.is_space]
+        if free and rng.random() < 0.4:
+            i = rng.choice(free)
+            label = rng.choice(labels + ["ORG"])
+            if rng.random() < 0.3:
+                doc.set_ents([], blocked=[Span(doc, i, i + 1)], default="unmodified")
+            else:
+                doc.set_ents([Span(doc, i, i + 1, label=label)], default=rng.choice(["outside", "missing"]))
+        docs.append(doc)
+    for preset in (True, False):
+        got = forced_tags.tag_masks(docs, scheme, tags, labels, preset=preset, respect_ents=respect_ents)
+        for doc, mask in zip(docs, got):
+            expected = forced_tags.tag_mask(doc, scheme, tags, labels, preset=preset, respect_ents=respect_ents)
+            assert (mask is None) == (expected is None), doc.text
+            if mask is not None:
+                numpy.testing.assert_array_equal(mask, expected)
+    # the cases the batch looks for all occur
+    assert any(t.is_space for doc in docs for t in doc) and any(len(doc.ents) for doc in docs)
+    assert any(forced_tags.tag_mask(doc, scheme, tags, labels) is None for doc in docs)

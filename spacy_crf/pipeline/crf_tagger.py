@@ -199,7 +199,7 @@ class CRFTagger(TrainableHead):
                 f"[{self.name}] decode: expected one [len(doc), {n_tags}] score array per doc, "
                 f"got shapes {[tuple(s.shape) for s in scores]} for {len(docs)} docs"
             )
-        return crf_model.decode(self.model, scores, self.constraints, [self.tag_mask(doc) for doc in docs])
+        return crf_model.decode(self.model, scores, self.constraints, self.tag_masks(docs))
 
     def predict_marginals(self, docs: Iterable[Doc], *, respect_preset: bool = False) -> List[Floats2d]:
         """Per-token tag posteriors [n_tokens, n_tags] per doc (confidences).
@@ -214,7 +214,7 @@ class CRFTagger(TrainableHead):
             return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]  # type: ignore[misc]
         self._require_initialized("predict_marginals")
         scores = self.emission_scores(docs)
-        masks = [self.tag_mask(doc, preset=respect_preset) for doc in docs]
+        masks = self.tag_masks(docs, preset=respect_preset)
         return crf_model.marginals(self.model, scores, self.constraints, masks)
 
     def emission_scores(self, docs: List[Doc]) -> List[Floats2d]:
@@ -267,10 +267,15 @@ class CRFTagger(TrainableHead):
         doc already says (entities, or entity boundaries with ``respect_ents``).
         The user dictionary's forced entries are always applied
         (:func:`spacy_crf.pipeline.user_dict_decoding.constrain`)."""
-        mask = forced.tag_mask(
-            doc, self.scheme, self.tags, self.labels, preset=preset, respect_ents=self.cfg.get("respect_ents", False)
+        return self.tag_masks([doc], preset=preset)[0]
+
+    def tag_masks(self, docs: Sequence[Doc], *, preset: bool = True) -> List[Optional[numpy.ndarray]]:
+        """:meth:`tag_mask` of each doc, the batch's token arrays read at once
+        (:func:`spacy_crf.pipeline.forced_tags.tag_masks`)."""
+        masks = forced.tag_masks(
+            docs, self.scheme, self.tags, self.labels, preset=preset, respect_ents=self.cfg.get("respect_ents", False)
         )
-        return _decoding.constrain(self, doc, mask, preset=preset)
+        return [_decoding.constrain(self, doc, mask, preset=preset) for doc, mask in zip(docs, masks)]
 
     def set_annotations(self, docs: Iterable[Doc], tag_ids: List[Ints1d]) -> None:
         tags = self.tags
