@@ -88,12 +88,8 @@ def prior_source(pipe):
     occurrences from, or None (no prior, no features, or words outside them)."""
     if not isinstance(pipe, crf_tagger.CRFTagger) or pipe.lexicon is None or not pipe.cfg.get("lexicon_weight"):
         return None
-    ref = lexicon_features.REF
-    layer = pipe.model.get_ref(ref) if pipe.model.has_ref(ref) else None
-    if layer is None or not lexicon_features.has_lexicon(layer):
-        return None
-    source = lexicon_features.lexicon_of(layer)
-    return source if pipe.lexicon._words_within(source) is not None else None
+    source = lexicon_features.model_lexicon(pipe.model)
+    return source if source is not None and pipe.lexicon._words_within(source) is not None else None
 
 
 def prior_apart(call: Callable[[], List[Doc]]) -> List[Doc]:

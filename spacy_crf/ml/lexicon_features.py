@@ -110,6 +110,13 @@ def has_lexicon(layer: Model) -> bool:
     return isinstance(lexicon, TaggedLexicon) and len(lexicon) > 0
 
 
+def model_lexicon(model: Model) -> Optional[TaggedLexicon]:
+    """The dictionary of a tagger ``model``'s lexicon features; None when it
+    has no features or they have no dictionary yet."""
+    layer = model.get_ref(REF) if model.has_ref(REF) else None
+    return lexicon_of(layer) if layer is not None and has_lexicon(layer) else None
+
+
 def lexicon_features(lexicon: TaggedLexicon, docs: Sequence[Doc]) -> numpy.ndarray:
     """F of the module doc: float32 ``[N, P*C]`` over the batch's N tokens (doc
     after doc), column ``position * len(TAG_CLASSES) + class``; read-only.

@@ -54,8 +54,7 @@ from thinc.types import Floats2d, Ints1d
 
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..ml import tagger_model as crf_model
-from ..ml.lexicon_features import REF as LEXICON_REF
-from ..ml.lexicon_features import has_lexicon, initialize_lexicon, lexicon_of
+from ..ml.lexicon_features import initialize_lexicon, model_lexicon
 from ..ml.lexicon_match import TaggedLexicon
 from ..ml.schemes import (
     SchemeError,
@@ -225,9 +224,7 @@ class CRFTagger(TrainableHead):
         weight = self.cfg.get("lexicon_weight", 0.0)
         if self.lexicon is not None and weight:
             ops = self.model.ops
-            features = self.model.get_ref(LEXICON_REF) if self.model.has_ref(LEXICON_REF) else None
-            source = lexicon_of(features) if features is not None and has_lexicon(features) else None
-            biases = self.lexicon.emission_biases(docs, self.tags, weight, source=source)
+            biases = self.lexicon.emission_biases(docs, self.tags, weight, source=model_lexicon(self.model))
             scores = [s + ops.asarray2f(bias) for s, bias in zip(scores, biases)]  # type: ignore[arg-type]
         return _decoding.add_prior(self, docs, scores)
 
