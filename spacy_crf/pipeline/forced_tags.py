@@ -37,8 +37,12 @@ _IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
 def preset_entity_tokens(doc: Doc) -> numpy.ndarray:
     """bool [len(doc)]: tokens in an entity or blocked before the tagger ran
     (``ent_iob_`` "B" or "I"). Tokens marked "O" or missing are free."""
-    iob = doc.to_array("ENT_IOB").reshape(-1)
-    return (iob == 1) | (iob == 3)
+    return _preset(doc.to_array("ENT_IOB").reshape(-1))
+
+
+def _preset(iob: numpy.ndarray) -> numpy.ndarray:
+    """bool per token of ``ENT_IOB`` values: in an entity or blocked ("B" or "I")."""
+    return (iob == _IOB_INSIDE) | (iob == _IOB_BEGIN)
 
 
 def tag_mask(
@@ -111,7 +115,7 @@ def tag_masks(
     table, doc_starts = batch_table(docs, [IS_SPACE, ENT_IOB])
     flagged = table[:, 0] != 0
     if preset and (scheme != "bmes" or respect_ents):
-        flagged |= (table[:, 1] == _IOB_INSIDE) | (table[:, 1] == _IOB_BEGIN)
+        flagged |= _preset(table[:, 1])
     seen = numpy.zeros(len(flagged) + 1, dtype=numpy.int64)
     numpy.cumsum(flagged, out=seen[1:])
     per_doc = (seen[doc_starts[1:]] - seen[doc_starts[:-1]]).tolist()
@@ -150,7 +154,7 @@ def write_entity_ids(docs: Sequence[Doc], scheme: str, tags: Sequence[str], tag_
         [numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i, dtype=numpy.int64).reshape(-1) for i in tag_ids]
     )
     space = table[:, 0].astype(bool)
-    preset = (table[:, 1] == _IOB_INSIDE) | (table[:, 1] == _IOB_BEGIN)
+    preset = _preset(table[:, 1])
     starts, ends, first = entity_bounds(scheme, tags, ids, space, doc_starts[:-1])
     add = docs[0].vocab.strings.add
     label_hash = numpy.array([add(split_tag(tag)[1]) if tag != OUTSIDE else 0 for tag in tags], dtype=numpy.uint64)
