@@ -196,7 +196,10 @@ def bench_one_call(args) -> None:
             viterbi_numpy.search(ner, ner_t, numpy.zeros(large, dtype=numpy.float32))
 
         t_two, t_one = median_ms(
-            [two_calls, lambda: viterbi_numpy.search(both, both_t, both_start)], 3, args.repeats, 25.0
+            [two_calls, lambda: viterbi_numpy.search(both, both_t, both_start)],
+            args.warmup,
+            args.repeats,
+            args.block_ms,
         )
         rows.append([str(batch), str(length), f"{t_two:.2f}", f"{t_one:.2f}", f"{t_two / t_one:.2f}x"])
     header = ["B", "T", "one call each ms", "one call for both ms", "speed-up of one call"]
