@@ -1,10 +1,12 @@
-"""Small helpers: :func:`check_number` (numeric options) and
-:func:`batch_by_length`. The doc keys, file writing and hardware record that
+"""Small helpers: :func:`check_number` (numeric options),
+:func:`batch_by_length` and :func:`run_offsets`. The doc keys, file writing and hardware record that
 lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
 
 from typing import Any, List, Optional, Sequence
+
+import numpy
 
 from .doc_keys import (  # noqa: F401 (re-exported)
     DEFAULT_SPANS_KEY,
@@ -75,3 +77,12 @@ def batch_by_length(lengths: Sequence[int], max_items: int) -> List[List[int]]:
         else:
             batches.append([i])
     return batches
+
+
+def run_offsets(lengths: numpy.ndarray) -> numpy.ndarray:
+    """For runs of ``lengths[k]`` items laid end to end, each item's position
+    within its run: ``[0, 1, 2, 0, 1]`` for lengths ``[3, 2]`` (an empty run
+    contributes nothing). ``lengths``: ``[n_runs]`` ints; the result:
+    ``[lengths.sum()]`` int64."""
+    lengths = numpy.asarray(lengths, dtype=numpy.int64)
+    return numpy.arange(int(lengths.sum()), dtype=numpy.int64) - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)

@@ -3,6 +3,7 @@ input or another output, atomic files and directories) and numeric checks."""
 
 import os
 
+import numpy
 import pytest
 
 from spacy_crf.files import (
@@ -14,7 +15,7 @@ from spacy_crf.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from spacy_crf.util import check_number
+from spacy_crf.util import check_number, run_offsets
 
 
 def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):
@@ -117,3 +118,11 @@ def test_check_number_rejects(value):
 def test_check_number_accepts():
     check_number("--dev-ratio", 0.0, minimum=0, maximum=1, max_open=True)
     check_number("--limit", 0, minimum=0)
+
+
+def test_run_offsets_counts_within_each_run_and_skips_empty_runs():
+    lengths = numpy.array([3, 0, 2, 1, 0])
+    expected = [i for n in lengths.tolist() for i in range(n)]
+    assert run_offsets(lengths).tolist() == expected == [0, 1, 2, 0, 1, 0]
+    assert run_offsets(numpy.zeros(0, dtype=int)).tolist() == []
+    assert run_offsets(numpy.zeros(3, dtype=int)).tolist() == []

@@ -63,6 +63,7 @@ from spacy.util import registry
 from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
 from thinc.types import Floats2d
 
+from ..util import run_offsets
 from . import shared_listener
 from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
@@ -135,7 +136,7 @@ def _features(lexicon: TaggedLexicon, docs: Sequence[Doc], bounds: List[numpy.nd
     starts, ends, ids = lexicon.batch_matches(docs, bounds)
     spans = ends - starts
     which = numpy.repeat(numpy.arange(len(starts)), spans)  # occurrence of each (occurrence, token) pair
-    offset = numpy.arange(len(which)) - numpy.repeat(numpy.cumsum(spans) - spans, spans)
+    offset = run_offsets(spans)
     span = spans[which]
     position = numpy.where(
         span == 1, _SINGLE, numpy.where(offset == 0, _BEGIN, numpy.where(offset == span - 1, _END, _MIDDLE))

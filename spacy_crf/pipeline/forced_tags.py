@@ -28,6 +28,7 @@ from spacy.attrs import ENT_IOB, ENT_KB_ID, ENT_TYPE, IS_SPACE
 from spacy.tokens import Doc, Span
 
 from ..ml.schemes import OUTSIDE, entity_bounds, position_tag, split_tag, tags_to_spans
+from ..util import run_offsets
 from .span_arrays import batch_table
 
 # spaCy's ENT_IOB values
@@ -161,11 +162,7 @@ def write_entity_ids(docs: Sequence[Doc], scheme: str, tags: Sequence[str], tag_
     rows = table[:, 1:].copy()
     rows[:, 0], rows[:, 1] = _IOB_OUTSIDE, 0
     lengths = ends - starts
-    covered = (
-        numpy.repeat(starts, lengths)
-        + numpy.arange(lengths.sum())
-        - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)
-    )
+    covered = numpy.repeat(starts, lengths) + run_offsets(lengths)
     rows[covered, 0] = _IOB_INSIDE
     rows[starts, 0] = _IOB_BEGIN
     rows[covered, 1] = numpy.repeat(label_hash[first], lengths)
