@@ -6,7 +6,7 @@
 
 PIPELINE is a float32 pipeline directory (``assemble.py --quantize none``):
 each backend is that pipeline loaded afresh and then converted
-(``torch-float16`` / ``torch-int8``: ``quantize_pipeline``; ``onnx-float32`` /
+(``torch-float16`` / ``torch-int8`` / ``torch-bfloat16``: ``quantize_pipeline``; ``onnx-float32`` /
 ``onnx-int8``: ``export_pipeline``). For each backend, in one run:
 
 * accuracy through the public API, every dev text through ``nlp.pipe``:
@@ -49,6 +49,7 @@ BACKENDS: Dict[str, Callable[[Language], Language]] = {
     "torch-float32": lambda nlp: nlp,
     "torch-float16": lambda nlp: quantize_pipeline(nlp, dtype="float16"),
     "torch-int8": lambda nlp: quantize_pipeline(nlp, dtype="qint8"),
+    "torch-bfloat16": lambda nlp: quantize_pipeline(nlp, dtype="bfloat16"),
     "onnx-float32": lambda nlp: export_pipeline(nlp),
     "onnx-int8": lambda nlp: export_pipeline(nlp, quantize="int8"),
 }

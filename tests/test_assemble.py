@@ -209,8 +209,11 @@ def test_quantized_assembly(trained_dirs, tmp_path):
     assert encoders and all(is_quantized(m) for m in encoders)
     texts = ["张三去上海", "我在北京工作"]
     assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
-    with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16, onnx, onnx-int8"):
+    with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16, bfloat16, onnx, onnx-int8"):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="int4")
+    bf16 = assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="bfloat16")
+    assert bf16.meta["quantized"] == "bfloat16"
+    assert bf16.config["components"]["transformer"]["model"]["dtype"] == "bfloat16"
 
 
 @pytest.mark.parametrize("quantize", ["onnx", "onnx-int8"])

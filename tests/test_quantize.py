@@ -236,3 +236,36 @@ def test_quantize_before_initialize(tiny_bert_dir):
     nlp.initialize(lambda: examples(nlp))
     assert all(is_quantized(e) for e in encoders(nlp))
     assert len(list(nlp.pipe(TEXTS))) == len(TEXTS)
+
+
+def test_bfloat16_predicts_under_autocast_where_the_cpu_runs_it(float_dir, tmp_path, monkeypatch):
+    import spacy_crf.encoders.quantize as quantize
+
+    monkeypatch.setattr(quantize, "cpu_runs_bfloat16_natively", lambda: True)
+    bf16 = quantize_pipeline(spacy.load(float_dir), dtype="bfloat16")
+    (encoder,) = encoders(bf16)
+    # nothing is stored in bfloat16: the weights stay those of the float pipeline
+    assert not is_quantized(encoder) and all(p.dtype == torch.float32 for p in encoder.parameters())
+    assert bf16.config["components"]["transformer"]["model"]["dtype"] == "bfloat16"
+    hidden_f, tags_f, ents_f = outputs(spacy.load(float_dir))
+    hidden_b, tags_b, ents_b = outputs(bf16)
+    diffs = [numpy.abs(f - b).max() for f, b in zip(hidden_f, hidden_b) if f is not None]
+    assert max(diffs) > 0  # the products ran in bfloat16
+    assert all(b.dtype == numpy.float32 for b in hidden_b if b is not None)
+    for f, b in zip(hidden_f, hidden_b):
+        if f is not None:
+            assert numpy.abs(f - b).max() < 0.1 * numpy.abs(f).max()
+    assert numpy.mean(numpy.equal(sum(tags_f, []), sum(tags_b, []))) >= 0.9
+    bf16.to_disk(tmp_path / "bf16")
+    assert_same_outputs(outputs(spacy.load(tmp_path / "bf16")), (hidden_b, tags_b, ents_b))
+    with pytest.raises(QuantizedTrainingError, match="bfloat16"):
+        bf16.update(examples(bf16))
+
+
+def test_bfloat16_predicts_in_float32_and_says_so_where_the_cpu_lacks_it(float_dir, monkeypatch):
+    import spacy_crf.encoders.quantize as quantize
+
+    monkeypatch.setattr(quantize, "cpu_runs_bfloat16_natively", lambda: False)
+    with pytest.warns(UserWarning, match="this CPU does not, so it predicts in float32"):
+        bf16 = quantize_pipeline(spacy.load(float_dir), dtype="bfloat16")
+    assert_same_outputs(outputs(bf16), outputs(spacy.load(float_dir)))

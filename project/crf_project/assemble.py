@@ -36,7 +36,8 @@ The words are saved in the pipeline; weight 0 ships no lexicon.
 
 ``--quantize`` chooses how the encoder runs in the shipped pipeline (training
 stays in torch): ``qint8`` or ``float16`` store its linear layers as int8 or
-float16 for torch (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
+float16 for torch, ``bfloat16`` runs them in bfloat16 on CPUs that do so natively
+(:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
 ``onnx`` and ``onnx-int8`` export it to an ONNX graph that ONNX Runtime runs,
 float32 or with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`).
 The graph is saved inside the pipeline; the package then requires
@@ -60,7 +61,7 @@ from spacy_crf.pipeline.scorers import score_words
 # The factories of spacy_crf.pipeline.crf_tagger.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
 WORD_POLICIES = ("split", "keep_words", "respect_ents")
-QUANTIZE = ("none", "qint8", "float16", "onnx", "onnx-int8")
+QUANTIZE = ("none", "qint8", "float16", "bfloat16", "onnx", "onnx-int8")
 # what each ONNX choice asks of spacy_crf.encoders.onnx_backend.export_pipeline
 ONNX_QUANTIZE = {"onnx": "none", "onnx-int8": "int8"}
 REQUIREMENT = "spacy-crf{extras}>=0.1.0,<0.2.0"
@@ -115,7 +116,8 @@ def assemble(
     ner_model: a separately trained NER model; its encoder is copied into its tagger.
     words: what happens where a word and an entity disagree (``WORD_POLICIES``).
     quantize: "qint8" (int8) or "float16" dynamic quantization of the encoder's
-        linear layers for torch (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
+        linear layers for torch, or "bfloat16" autocast where the CPU runs it natively
+        (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
         "onnx" or "onnx-int8": the encoder as an ONNX Runtime graph, float32 or
         with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`); "none".
     lexicon: a word list for the segmenter's decoding (``read_lexicon``),
@@ -251,6 +253,7 @@ def assemble_cli(
         "none",
         "--quantize",
         help="none | qint8 | float16 (torch, dynamic quantization of the encoder's linear layers) | "
+        "bfloat16 (torch, bfloat16 products where the CPU runs them natively, float32 elsewhere) | "
         "onnx | onnx-int8 (the encoder as an ONNX Runtime graph, float32 or int8 weights): faster CPU inference",
     ),
     lexicon: Optional[Path] = typer.Option(

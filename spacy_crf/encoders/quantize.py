@@ -14,6 +14,14 @@ heads stay float32; so do the embedding tables unless ``embeddings=True``,
 which stores them as uint8 with a float scale and offset per row (weight-only:
 most of a small encoder's size on disk is its word embeddings).
 
+``dtype="bfloat16"`` quantizes nothing: the weights stay float32, and the
+encoder's forward pass at prediction runs under CPU autocast to bfloat16
+(matrix products in bfloat16, layer norms and softmaxes in float32, as in
+training with ``spacy_crf.cpu_autocast.v1``), on a CPU where torch runs
+bfloat16 natively (AVX-512 BF16 or AMX). Elsewhere it runs in float32 and
+says so once at load: on an AVX2-only CPU bfloat16 products go through a
+reference loop many times slower than float32.
+
 How it survives ``nlp.to_disk`` / ``spacy.load`` / ``spacy package``:
 spacy-transformers saves the encoder as its config plus a ``state_dict`` and
 loads it by building a float model from the config and calling
@@ -58,6 +66,8 @@ from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model, get_torch_default_device
 from transformers import AutoModel
 
+from .._compat import cpu_runs_bfloat16_natively
+from ..training.autocast import as_float32
 from .swap import (
     TORCH_ARCHS,
     build_tok2vec_transformer,
@@ -69,7 +79,7 @@ from .swap import (
 
 QUANTIZED_ARCH = "spacy_crf.QuantizedTransformerModel.v1"
 QUANTIZED_TOK2VEC_ARCH = "spacy_crf.QuantizedTok2VecTransformer.v1"
-DTYPES = {"qint8": torch.qint8, "float16": torch.float16}
+DTYPES = {"qint8": torch.qint8, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # the architectures a quantizable transformer's config block may name
 QUANTIZABLE_ARCHS = (*TORCH_ARCHS, QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH)
 
@@ -82,6 +92,10 @@ def _check_dtype(dtype: str) -> torch.dtype:
     if dtype not in DTYPES:
         raise ValueError(f"Unknown quantization dtype {dtype!r}: expected one of {sorted(DTYPES)}")
     return DTYPES[dtype]
+
+
+def _describe(dtype: str) -> str:
+    return "set to predict in bfloat16" if dtype == "bfloat16" else f"dynamically quantized ({dtype})"
 
 
 def _check_cpu(what: str) -> None:
@@ -109,12 +123,14 @@ def _quantize_module(module: torch.nn.Module, dtype: str, embeddings: bool = Fal
     # int8 weights get one scale per output row: on the joint CWS + NER
     # pipeline that loses about half as much F as one scale per matrix, at the
     # same speed (activations are quantized per tensor, per batch, either way)
-    spec: Dict[type, Any] = {
-        torch.nn.Linear: per_channel_dynamic_qconfig if dtype == "qint8" else float16_dynamic_qconfig
-    }
+    spec: Dict[type, Any] = {}
+    if dtype != "bfloat16":  # bfloat16 is autocast at prediction, not stored
+        spec[torch.nn.Linear] = per_channel_dynamic_qconfig if dtype == "qint8" else float16_dynamic_qconfig
     if embeddings:
         spec[torch.nn.Embedding] = float_qparams_weight_only_qconfig
     module.eval()
+    if not spec:
+        return module
     with warnings.catch_warnings():
         # torch.ao.quantization and quantized tensor creation are deprecated
         # upstream (see the module docstring); nothing for a user to act on.
@@ -144,7 +160,8 @@ class _QuantizedAutoModel:
 
 
 class QuantizedHFShim(HFShim):
-    """An ``HFShim`` whose model is dynamically quantized; inference only."""
+    """An ``HFShim`` whose model is dynamically quantized, or predicts under
+    bfloat16 autocast; inference only."""
 
     def __init__(self, model, *, dtype: str = "qint8", embeddings: bool = False, **kwargs):
         _check_dtype(dtype)
@@ -152,8 +169,21 @@ class QuantizedHFShim(HFShim):
         super().__init__(model, **kwargs)
         self.dtype = dtype
         self.embeddings = embeddings
+        self.autocast = dtype == "bfloat16" and cpu_runs_bfloat16_natively()
+        if dtype == "bfloat16" and not self.autocast:
+            warnings.warn(
+                "This transformer predicts in bfloat16 where the CPU runs it natively (AVX-512 BF16 or AMX); "
+                "this CPU does not, so it predicts in float32.",
+                stacklevel=2,
+            )
         if model.transformer is not None and not is_quantized(model.transformer):
             self.set_quantized(model.transformer)
+
+    def predict(self, inputs):
+        if not self.autocast:
+            return super().predict(inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return as_float32(super().predict(inputs))
 
     def set_quantized(self, transformer: torch.nn.Module) -> None:
         """Quantize ``transformer`` (a float or already quantized HF model) and
@@ -167,7 +197,7 @@ class QuantizedHFShim(HFShim):
 
     def begin_update(self, inputs):
         raise QuantizedTrainingError(
-            f"This transformer is dynamically quantized ({self.dtype}) and inference-only: it cannot be "
+            f"This transformer is {_describe(self.dtype)} and inference-only: it cannot be "
             "trained. Train the float pipeline and quantize it afterwards (spacy_crf.encoders.quantize.quantize_pipeline); "
             "to train other components on top of it, freeze it ([training] frozen_components and "
             "annotating_components)."
@@ -229,7 +259,8 @@ def create_quantized_transformer_model(
     embeddings: bool = False,
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` with its linear layers
-    dynamically quantized to ``dtype`` ("qint8" or "float16") and, with
+    dynamically quantized to ``dtype`` ("qint8" or "float16"; "bfloat16":
+    float32 weights, bfloat16 autocast at prediction) and, with
     ``embeddings``, its embedding tables stored as uint8; inference only."""
     return build_transformer_model(
         name,
@@ -277,10 +308,12 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
     ``spacy package``) give the same quantized pipeline back. Returns ``nlp``.
 
     dtype: "qint8" (int8 weights with a scale per output row, activations
-        quantized per batch) or
+        quantized per batch),
         "float16" (float16 weights; faster than float32 on CPUs with fp16
         GEMM kernels and predicts the same, but torch saves these weights as
-        float32, so the pipeline is no smaller on disk).
+        float32, so the pipeline is no smaller on disk) or
+        "bfloat16" (float32 weights; the forward pass under bfloat16
+        autocast on CPUs that run bfloat16 natively, float32 elsewhere).
     embeddings: also store the encoder's embedding tables as uint8 (one float
         scale and offset per row), which shrinks a small encoder on disk
         several times over; off by default.
