@@ -208,7 +208,7 @@ class QuantizedHFShim(HFShim):
 
     def to_device(self, device_type: str, device_id: int):
         if device_type != "cpu":
-            raise ValueError("A dynamically quantized transformer runs on CPU only.")
+            raise ValueError(f"This transformer is {_describe(self.dtype)}: it runs on CPU only.")
         super().to_device(device_type, device_id)
 
     def from_bytes(self, bytes_data):
