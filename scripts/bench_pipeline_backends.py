@@ -14,7 +14,9 @@ each backend is that pipeline loaded afresh and then converted
   ``doc.ents`` against ``--ents``, and how many docs differ from the first
   backend's (another word boundary or another entity);
 * speed as ``spacy crf speed`` measures it: ``nlp.pipe`` at ``--batch-size``
-  over the first ``--speed-limit`` texts of each dev set, the backends in a
+  over the first ``--speed-limit`` texts of each dev set, sorted by length
+  within ``--sort-buffer`` batches (``pipe_sorted``, the speed command's
+  default; 0 times them in input order), the backends in a
   rotating order on every repeat so that load from other jobs falls on all
   alike (best and median pass), and the seconds per 1,000 characters of each
   component, from which the CRF side's share (the taggers and the merge).
@@ -39,6 +41,7 @@ from spacy.scorer import get_ner_prf
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_crf.batching import DEFAULT_SORT_BUFFER, pipe_sorted
 from spacy_crf.cli.speed import component_seconds
 from spacy_crf.encoders.onnx_backend import export_pipeline
 from spacy_crf.encoders.quantize import quantize_pipeline
@@ -95,9 +98,9 @@ def accuracy(
     }
 
 
-def timed_pass(nlp: Language, texts: List[str], batch_size: int) -> float:
+def timed_pass(nlp: Language, texts: List[str], batch_size: int, sort_buffer: int) -> float:
     start = time.perf_counter()
-    for _doc in nlp.pipe(texts, batch_size=batch_size):
+    for _doc in pipe_sorted(nlp, texts, batch_size=batch_size, buffer=sort_buffer):
         pass
     return time.perf_counter() - start
 
@@ -118,11 +121,11 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
         rows[name] = accuracy(pipelines[name], word_refs, ent_refs, args.batch_size, iv_words)
         rows[name]["seconds"] = []
     for nlp in pipelines.values():  # warm-up: ONNX sessions start, torch allocates
-        timed_pass(nlp, texts[: args.batch_size], args.batch_size)
+        timed_pass(nlp, texts[: args.batch_size], args.batch_size, args.sort_buffer)
     for r in range(args.repeats):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            rows[name]["seconds"].append(timed_pass(pipelines[name], texts, args.batch_size))
+            rows[name]["seconds"].append(timed_pass(pipelines[name], texts, args.batch_size, args.sort_buffer))
         print(f"repeat {r + 1}/{args.repeats} done (load {os.getloadavg()[0]:.1f})", flush=True)
     reference = rows[names[0]]
     for name in names:
@@ -131,7 +134,7 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
         row["chars_per_s_best"] = chars / min(row["seconds"])
         row["chars_per_s_median"] = chars / statistics.median(row["seconds"])
         row["speed_ratio_median"] = row["chars_per_s_median"] / (chars / statistics.median(reference["seconds"]))
-        parts = component_seconds(pipelines[name], texts, args.batch_size)
+        parts = component_seconds(pipelines[name], texts, args.batch_size, args.sort_buffer)
         row["ms_per_1k_chars"] = {k: 1e6 * s / chars for k, s in parts.items()}
         row["crf_side_share"] = sum(s for k, s in parts.items() if k not in ENCODER_PIPES) / sum(parts.values())
     for row in rows.values():
@@ -144,6 +147,7 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
         "speed_texts": len(texts),
         "speed_chars": chars,
         "batch_size": args.batch_size,
+        "sort_buffer": args.sort_buffer,
         "threads": args.threads,
         "repeats": args.repeats,
         "backends": rows,
@@ -178,6 +182,12 @@ def main() -> None:
     p.add_argument("--backends", default="torch-float32,torch-float16,torch-int8,onnx-float32,onnx-int8")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--speed-limit", type=int, default=1000, help="Dev texts per corpus timed for speed")
+    p.add_argument(
+        "--sort-buffer",
+        type=int,
+        default=DEFAULT_SORT_BUFFER,
+        help="Timed texts sorted by length within this many batches, as spacy crf speed does (0: input order)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench_pipeline_backends.json"))
@@ -185,6 +195,8 @@ def main() -> None:
     unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
     if unknown:
         p.error(f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
+    if args.sort_buffer < 0:
+        p.error(f"--sort-buffer must be >= 0 (0: input order), got {args.sort_buffer}")
     check_args(
         p,
         args,

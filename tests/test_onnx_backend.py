@@ -328,9 +328,12 @@ def test_the_dev_set_backend_benchmark_scores_and_times_each_backend(float_dir, 
     assert rows["torch-float32"]["speed_ratio_median"] == 1.0 and len(rows["onnx-int8"]["seconds"]) == 2
     assert 0 < rows["torch-float32"]["crf_side_share"] < 1
     assert set(rows["torch-float32"]["ms_per_1k_chars"]) == {"tokenizer", "transformer", "crf_tagger"}
-    monkeypatch.setattr(sys, "argv", argv[:6] + ["--backends", "onnx-int4"])
-    with pytest.raises(SystemExit):
-        script.main()
+    # timed as `spacy crf speed` times: length-sorted within its default buffer
+    assert record["sort_buffer"] == 8
+    for bad in (["--backends", "onnx-int4"], ["--sort-buffer", "-1"]):
+        monkeypatch.setattr(sys, "argv", argv[:6] + bad)
+        with pytest.raises(SystemExit):
+            script.main()
 
 
 def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, tmp_path, monkeypatch):
