@@ -47,6 +47,7 @@ from spacy_crf.encoders.onnx_backend import export_pipeline
 from spacy_crf.encoders.quantize import quantize_pipeline
 from spacy_crf.hardware import hardware
 from spacy_crf.pipeline.scorers import score_words
+from spacy_crf.util import check_number
 
 BACKENDS: Dict[str, Callable[[Language], Language]] = {
     "torch-float32": lambda nlp: nlp,
@@ -195,8 +196,10 @@ def main() -> None:
     unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
     if unknown:
         p.error(f"--backends: unknown {', '.join(unknown)} (known: {', '.join(BACKENDS)})")
-    if args.sort_buffer < 0:
-        p.error(f"--sort-buffer must be >= 0 (0: input order), got {args.sort_buffer}")
+    try:
+        check_number("--sort-buffer", args.sort_buffer, minimum=0, hint="0: input order")
+    except ValueError as e:
+        p.error(str(e))
     check_args(
         p,
         args,
