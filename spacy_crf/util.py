@@ -1,5 +1,5 @@
 """Small helpers: :func:`check_number` (numeric options),
-:func:`batch_by_length` and :func:`run_offsets`. The doc keys, file writing and hardware record that
+:func:`batch_by_length`, :func:`run_offsets` and :func:`joined_rows`. The doc keys, file writing and hardware record that
 lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
@@ -86,3 +86,28 @@ def run_offsets(lengths: numpy.ndarray) -> numpy.ndarray:
     ``[lengths.sum()]`` int64."""
     lengths = numpy.asarray(lengths, dtype=numpy.int64)
     return numpy.arange(int(lengths.sum()), dtype=numpy.int64) - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)
+
+
+def joined_rows(arrays: Sequence[Any]) -> Optional[numpy.ndarray]:
+    """The rows of ``arrays`` as one read-only 2-d array without copying,
+    where they are consecutive row blocks of one buffer (what
+    ``ops.unflatten`` returns: views of one array); None when they are
+    anything else, and a caller must copy them together (``ops.flatten``)."""
+    blocks = [a for a in arrays if isinstance(a, numpy.ndarray) and len(a)]
+    if not blocks or len(blocks) != sum(1 for a in arrays if len(a)):
+        return None
+    first = blocks[0]
+    if first.base is None or first.ndim != 2:
+        return None
+    owner, width = first.base, first.shape[1]
+    if first.strides != (width * first.itemsize, first.itemsize):
+        return None
+    address = first.__array_interface__["data"][0]
+    for a in blocks:
+        same = a.base is owner and a.dtype == first.dtype and a.ndim == 2 and a.strides == first.strides
+        if not same or a.shape[1] != width or a.__array_interface__["data"][0] != address:
+            return None
+        address += a.nbytes
+    total = sum(len(a) for a in blocks)
+    # one buffer, the blocks back to back in it: their span is inside the buffer
+    return numpy.lib.stride_tricks.as_strided(first, shape=(total, width), writeable=False)

@@ -15,7 +15,7 @@ from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, entity_bounds, mak
 from spacy_crf.pipeline import forced_tags
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 from spacy_crf.pipeline.forced_tags import _set_ents_outside, write_entities
-from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows
+from spacy_crf.pipeline.span_arrays import entity_rows, span_group, span_rows, write_words
 
 ENT_ATTRS = [ENT_IOB, ENT_TYPE, ENT_KB_ID, ENT_ID]
 ALPHABET = list("我们在北京工作ab1。") + [" ", "  ", "\u3000", "\n", "😀"]
@@ -39,6 +39,44 @@ def test_bmes_word_bounds_equal_tags_to_spans_on_random_tags():
         tags = [None if space else BMES_TAGS[i] for i, space in zip(ids.tolist(), outside.tolist())]
         starts, ends = bmes_word_bounds(ids, outside)
         assert list(zip(starts.tolist(), ends.tolist())) == [(s, e) for s, e, _ in tags_to_spans("bmes", tags)], case
+
+
+def test_bmes_word_bounds_of_a_batch_equal_those_of_each_doc():
+    """Docs laid end to end: each doc opens a word, and no word crosses into
+    the next doc, whatever the last tag of the doc before (B, M or none)."""
+    rng = random.Random(2)
+    for case in range(500):
+        lengths = [rng.randint(0, 8) for _ in range(rng.randint(1, 6))]
+        ids = [numpy.array([rng.randrange(4) for _ in range(n)], dtype="int64") for n in lengths]
+        outside = [numpy.array([rng.random() < 0.15 for _ in range(n)], dtype=bool) for n in lengths]
+        doc_starts = numpy.concatenate([[0], numpy.cumsum(lengths)]).astype("int64")
+        starts, ends = bmes_word_bounds(
+            numpy.concatenate(ids), numpy.concatenate(outside).astype(bool), doc_starts[:-1]
+        )
+        expected = []
+        for first, doc_ids, doc_outside in zip(doc_starts.tolist(), ids, outside):
+            doc_starts_k, doc_ends_k = bmes_word_bounds(doc_ids, doc_outside)
+            expected += [(s + first, e + first) for s, e in zip(doc_starts_k.tolist(), doc_ends_k.tolist())]
+        assert list(zip(starts.tolist(), ends.tolist())) == expected, case
+
+
+def test_write_words_of_a_batch_equal_tags_to_spans_of_each_doc(nlp):
+    rng = random.Random(3)
+    for case in range(100):
+        docs = [nlp.make_doc(random_text(rng, 12)) for _ in range(rng.randint(1, 5))]
+        ids = [numpy.array([rng.randrange(4) for _ in doc], dtype="int64") for doc in docs]
+        write_words(docs, ids, "words")
+        for doc, doc_ids in zip(docs, ids):
+            tags = [None if token.is_space else BMES_TAGS[i] for token, i in zip(doc, doc_ids.tolist())]
+            expected = [(s, e) for s, e, _ in tags_to_spans("bmes", tags)]
+            assert [(span.start, span.end) for span in doc.spans["words"]] == expected, case
+            assert doc.spans["words"].name == "words"
+
+
+def test_write_words_refuses_tag_ids_that_do_not_fit_the_docs(nlp):
+    docs = [nlp.make_doc("我们"), nlp.make_doc("北京")]
+    with pytest.raises(ValueError, match="3 tag ids for 2 docs of 4 tokens"):
+        write_words(docs, [numpy.zeros(2, dtype="int64"), numpy.zeros(1, dtype="int64")], "words")
 
 
 def entity_arrays(doc):

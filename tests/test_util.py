@@ -15,7 +15,7 @@ from spacy_crf.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from spacy_crf.util import check_number, run_offsets
+from spacy_crf.util import check_number, joined_rows, run_offsets
 
 
 def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):
@@ -126,3 +126,36 @@ def test_run_offsets_counts_within_each_run_and_skips_empty_runs():
     assert run_offsets(lengths).tolist() == expected == [0, 1, 2, 0, 1, 0]
     assert run_offsets(numpy.zeros(0, dtype=int)).tolist() == []
     assert run_offsets(numpy.zeros(3, dtype=int)).tolist() == []
+
+
+def test_joined_rows_reads_unflattened_blocks_without_copying():
+    from thinc.api import NumpyOps
+
+    ops = NumpyOps()
+    X = numpy.arange(24, dtype="float32").reshape(12, 2)
+    blocks = ops.unflatten(X, [3, 0, 5, 4])
+    joined = joined_rows(blocks)
+    assert numpy.array_equal(joined, X) and numpy.shares_memory(joined, X)
+    assert not joined.flags.writeable
+    assert numpy.array_equal(joined_rows(blocks[:3]), X[:8])
+    inner = X[2:]  # a view of a view: still one buffer
+    assert numpy.array_equal(joined_rows(ops.unflatten(inner, [6, 4])), inner)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["copies", "reordered", "gap", "columns", "two buffers", "dtype", "empty", "1-d"],
+)
+def test_joined_rows_is_none_unless_the_blocks_are_one_buffer_in_order(case):
+    X = numpy.arange(24, dtype="float32").reshape(12, 2)
+    blocks = {
+        "copies": [X[:4].copy(), X[4:].copy()],
+        "reordered": [X[4:], X[:4]],
+        "gap": [X[:4], X[5:]],
+        "columns": [X[:4, :1], X[4:, :1]],
+        "two buffers": [X[:4], numpy.arange(16, dtype="float32").reshape(8, 2)[:8]],
+        "dtype": [X[:4], X.view("int32")[4:]],
+        "empty": [],
+        "1-d": [X.reshape(-1)[:4], X.reshape(-1)[4:]],
+    }[case]
+    assert joined_rows(blocks) is None

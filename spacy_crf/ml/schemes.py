@@ -275,13 +275,16 @@ def tags_to_spans(scheme: str, tags: Sequence[Optional[str]], on_repair: Optiona
     return spans
 
 
-def bmes_word_bounds(tag_ids: numpy.ndarray, outside: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def bmes_word_bounds(
+    tag_ids: numpy.ndarray, outside: numpy.ndarray, doc_starts: Optional[numpy.ndarray] = None
+) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """The words of BMES tag ids (ids into :data:`BMES_TAGS`) as arrays of
     starts and ends: exactly ``tags_to_spans("bmes", tags)`` with ``None``
     where ``outside`` is true (whitespace), repairs included, in array
     operations. A word opens at a ``B``/``S`` tag or wherever no word is open
     (the first token, after whitespace or after an ``E``/``S``), and runs to
-    the next opening or whitespace."""
+    the next opening or whitespace. ``doc_starts``: where the docs of a batch
+    laid end to end start (each opens a word), if the ids are several docs'."""
     ids = numpy.asarray(tag_ids, dtype=numpy.int64).reshape(-1)
     outside = numpy.asarray(outside, dtype=bool).reshape(-1)
     opens = (ids == BMES_TAGS.index("B")) | (ids == BMES_TAGS.index("S"))
@@ -289,6 +292,8 @@ def bmes_word_bounds(tag_ids: numpy.ndarray, outside: numpy.ndarray) -> Tuple[nu
     opens[1:] |= ends_word[:-1] | outside[:-1]
     if len(opens):
         opens[0] = True
+    if doc_starts is not None:
+        opens[doc_starts[doc_starts < len(ids)]] = True
     opens &= ~outside
     starts = numpy.flatnonzero(opens)
     stops = numpy.append(numpy.flatnonzero(opens | outside), len(ids))

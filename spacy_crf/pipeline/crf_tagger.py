@@ -43,9 +43,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy
-from spacy.attrs import IS_SPACE
 from spacy.language import Language
-from spacy.tokens import Doc, Span, SpanGroup
+from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.util import minibatch
 from spacy.vocab import Vocab
@@ -59,7 +58,6 @@ from ..ml.lexicon_match import TaggedLexicon
 from ..ml.schemes import (
     SchemeError,
     TransitionMask,
-    bmes_word_bounds,
     check_labels,
     check_scheme,
     make_tags,
@@ -75,6 +73,7 @@ from .guarded_update import ON_NONFINITE, check_on_nonfinite  # noqa: F401 (ON_N
 from .lexicon import Lexicon, set_lexicon
 from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
 from .scorers import score_crf_tagger
+from .span_arrays import write_words
 from .trainable_head import TrainableHead
 
 
@@ -280,19 +279,12 @@ class CRFTagger(TrainableHead):
         if self.scheme in ("bio", "bioes"):  # the batch's entities at once, through the token arrays
             forced.write_entity_ids(docs, self.scheme, tags, tag_ids)  # type: ignore[arg-type]
             return
-        for doc, ids in zip(docs, tag_ids):
-            if self.scheme == "tag":
-                for token, i in zip(doc, numpy.asarray(ids).tolist()):
-                    token.tag_ = tags[i]
-                continue
-            # A whitespace token is never part of a word or an entity: it
-            # closes any open span (the gold treats it as unknown, decoding as outside).
-            is_space = doc.to_array(IS_SPACE).astype(bool) if len(doc) else numpy.zeros(0, dtype=bool)
-            if self.scheme == "bmes":  # tags_to_spans in array operations (tag ids index BMES_TAGS)
-                starts, ends = bmes_word_bounds(numpy.asarray(ids), is_space)
-                key = self.cfg["spans_key"]
-                words = [Span(doc, s, e) for s, e in zip(starts.tolist(), ends.tolist())]
-                doc.spans[key] = SpanGroup(doc, name=key, spans=words)
+        if self.scheme == "bmes":  # the batch's words at once (whitespace is in no word, as in the gold)
+            write_words(docs, tag_ids, self.cfg["spans_key"])  # type: ignore[arg-type]
+            return
+        for doc, ids in zip(docs, tag_ids):  # scheme "tag"
+            for token, i in zip(doc, numpy.asarray(ids).tolist()):
+                token.tag_ = tags[i]
 
     def _is_initialized(self) -> bool:
         return crf_model.is_initialized(self.model)

@@ -14,7 +14,10 @@ from itertools import chain
 from typing import Sequence, Tuple
 
 import numpy
+from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc, Span, SpanGroup
+
+from ..ml.schemes import bmes_word_bounds
 
 
 def batch_table(docs: Sequence[Doc], attrs: Sequence[int]) -> Tuple[numpy.ndarray, numpy.ndarray]:
@@ -98,3 +101,20 @@ def span_group(doc: Doc, name: str, attrs: dict, rows: numpy.ndarray) -> SpanGro
     for start, end, label, kb_id, span_id in rows.tolist():
         append(Span(doc, start, end, label=label, kb_id=kb_id, span_id=span_id))
     return group
+
+
+def write_words(docs: Sequence[Doc], tag_ids: Sequence[numpy.ndarray], key: str) -> None:
+    """``doc.spans[key]`` of each doc: the words of its decoded BMES tag ids
+    (ids into ``BMES_TAGS``, one per token), found for the whole batch at
+    once (:func:`~spacy_crf.ml.schemes.bmes_word_bounds`). A whitespace token
+    is never part of a word: it closes any open word."""
+    table, doc_starts = batch_table(docs, [IS_SPACE])
+    ids = numpy.concatenate([numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i).reshape(-1) for i in tag_ids])
+    if len(ids) != doc_starts[-1] or len(tag_ids) != len(docs):
+        raise ValueError(f"write_words: {len(ids)} tag ids for {len(docs)} docs of {doc_starts[-1]} tokens")
+    starts, ends = bmes_word_bounds(ids, table[:, 0].astype(bool), doc_starts[:-1])
+    split = numpy.searchsorted(starts, doc_starts).tolist()
+    for k, doc in enumerate(docs):
+        first, (a, b) = int(doc_starts[k]), split[k : k + 2]
+        bounds = zip((starts[a:b] - first).tolist(), (ends[a:b] - first).tolist())
+        doc.spans[key] = SpanGroup(doc, name=key, spans=[Span(doc, s, e) for s, e in bounds])
