@@ -13,6 +13,8 @@ from conftest import half_trained_pipeline, load_script
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
+from spacy_crf.batching import DEFAULT_SORT_BUFFER
+
 SCRIPT = Path(__file__).resolve().parents[1] / "project" / "crf_project" / "evaluate_pipeline.py"
 
 WORDS = [
@@ -90,6 +92,9 @@ def test_scores_agree_with_an_independent_spacy_load(script, corpus):
     expected_oov = len(oov & pred_words) / len(oov)
     assert result["words"]["words_oov_recall"] == pytest.approx(expected_oov)
     assert result["segmenter_words"] is not None
+    # timed as `spacy crf speed` times: length-sorted batches (docs scored in input order above)
+    assert result["speed"]["words_data"]["sort_buffer"] == DEFAULT_SORT_BUFFER
+    assert result["speed"]["ents_data"]["batch_size"] == 2
 
 
 def test_overrides_reach_the_loaded_pipeline(script, corpus):
