@@ -1,5 +1,5 @@
 """Small helpers: :func:`check_number` (numeric options),
-:func:`batch_by_length`, :func:`run_offsets` and :func:`joined_rows`. The doc keys, file writing and hardware record that
+:func:`batch_by_length`, :func:`run_offsets`, :func:`joined_rows` and :func:`flat_rows`. The doc keys, file writing and hardware record that
 lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
@@ -111,3 +111,10 @@ def joined_rows(arrays: Sequence[Any]) -> Optional[numpy.ndarray]:
     total = sum(len(a) for a in blocks)
     # one buffer, the blocks back to back in it: their span is inside the buffer
     return numpy.lib.stride_tricks.as_strided(first, shape=(total, width), writeable=False)
+
+
+def flat_rows(ops: Any, arrays: Sequence[Any]) -> Any:
+    """``ops.flatten(arrays, pad=0)``, without the copy where the arrays are
+    already consecutive row blocks of one array (:func:`joined_rows`)."""
+    joined = joined_rows(arrays)
+    return joined if joined is not None else ops.flatten(arrays, pad=0)

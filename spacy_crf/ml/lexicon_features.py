@@ -63,7 +63,7 @@ from spacy.util import registry
 from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
 from thinc.types import Floats2d
 
-from ..util import joined_rows, run_offsets
+from ..util import flat_rows, run_offsets
 from . import shared_listener
 from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
@@ -204,7 +204,7 @@ def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
     # than the copy on short docs
     Ys: List[Floats2d] = []
     if len(Xs):
-        X, H = (_rows(model.ops, arrays) for arrays in (Xs, Hs))
+        X, H = (flat_rows(model.ops, arrays) for arrays in (Xs, Hs))
         Ys = model.ops.unflatten(model.ops.xp.hstack((X, H)), [len(doc_X) for doc_X in Xs])
 
     def backprop(dYs: List[Floats2d]):
@@ -212,12 +212,6 @@ def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
         return backprop_tok2vec([model.ops.as_contig(dY[:, :width]) for dY in dYs])
 
     return Ys, backprop
-
-
-def _rows(ops, arrays: List[Floats2d]) -> Floats2d:
-    """The arrays' rows, one after the other (a view where they already are)."""
-    joined = joined_rows(arrays)
-    return joined if joined is not None else ops.flatten(arrays, pad=0)
 
 
 def _no_backprop(dXs):  # pragma: no cover (prediction only)

@@ -29,7 +29,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import joined_rows
+from ..util import flat_rows
 from . import crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
@@ -128,9 +128,8 @@ def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
     W = model.get_param(EMISSION_W)
     b = model.get_param(EMISSION_B)
     lengths = [len(x) for x in Xs]
-    X = joined_rows(Xs) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
-    if X is None:  # (the lexicon features' concatenation gives views of one array)
-        X = model.ops.flatten(Xs, pad=0)
+    # (no copy of the lexicon features' concatenation: views of one array)
+    X = flat_rows(model.ops, Xs) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
     Y = model.ops.gemm(X, W, trans2=True) + b
 
     def backprop(dYs: List[Floats2d]) -> List[Floats2d]:

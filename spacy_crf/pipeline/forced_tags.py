@@ -29,7 +29,7 @@ from spacy.tokens import Doc, Span
 
 from ..ml.schemes import OUTSIDE, entity_bounds, position_tag, split_tag, tags_to_spans
 from ..util import run_offsets
-from .span_arrays import batch_table
+from .span_arrays import batch_ids, batch_table
 
 # spaCy's ENT_IOB values
 _IOB_INSIDE, _IOB_OUTSIDE, _IOB_BEGIN = 1, 2, 3
@@ -151,9 +151,7 @@ def write_entity_ids(docs: Sequence[Doc], scheme: str, tags: Sequence[str], tag_
     if not docs:
         return
     table, doc_starts = batch_table(docs, [IS_SPACE, ENT_IOB, ENT_TYPE, ENT_KB_ID])
-    ids = numpy.concatenate(
-        [numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i, dtype=numpy.int64).reshape(-1) for i in tag_ids]
-    )
+    ids = batch_ids(tag_ids)
     space = table[:, 0].astype(bool)
     preset = _preset(table[:, 1])
     starts, ends, first = entity_bounds(scheme, tags, ids, space, doc_starts[:-1])

@@ -31,6 +31,14 @@ def batch_table(docs: Sequence[Doc], attrs: Sequence[int]) -> Tuple[numpy.ndarra
     return table, doc_starts
 
 
+def batch_ids(tag_ids: Sequence[numpy.ndarray]) -> numpy.ndarray:
+    """Each doc's decoded tag ids laid end to end, int64 ``[n_tokens]`` (the
+    rows of :func:`batch_table`)."""
+    return numpy.concatenate(
+        [numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i, dtype=numpy.int64).reshape(-1) for i in tag_ids]
+    )
+
+
 def entity_rows(doc: Doc, ent_rows: numpy.ndarray) -> numpy.ndarray:
     """``doc.ents`` as rows (start, end, label, kb_id, id), uint64, from the
     doc's ``_ENT_ATTRS`` array: an entity starts at a "B" token with a label
@@ -109,7 +117,7 @@ def write_words(docs: Sequence[Doc], tag_ids: Sequence[numpy.ndarray], key: str)
     once (:func:`~spacy_crf.ml.schemes.bmes_word_bounds`). A whitespace token
     is never part of a word: it closes any open word."""
     table, doc_starts = batch_table(docs, [IS_SPACE])
-    ids = numpy.concatenate([numpy.zeros(0, dtype=numpy.int64)] + [numpy.asarray(i).reshape(-1) for i in tag_ids])
+    ids = batch_ids(tag_ids)
     if len(ids) != doc_starts[-1] or len(tag_ids) != len(docs):
         raise ValueError(f"write_words: {len(ids)} tag ids for {len(docs)} docs of {doc_starts[-1]} tokens")
     starts, ends = bmes_word_bounds(ids, table[:, 0].astype(bool), doc_starts[:-1])
