@@ -3,6 +3,7 @@ the corpus manifest's rates and ``project/crf_project/dev_rates.py``."""
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import spacy
@@ -10,6 +11,7 @@ from conftest import PROJECT_PACKAGE, load_script
 from spacy.tokens import Doc, DocBin, Span
 from typer.testing import CliRunner
 
+from crf_project.paths import load_manifest
 from spacy_crf.corpora.rates import (
     doc_mentions,
     doc_words,
@@ -196,8 +198,12 @@ def test_manifest_with_a_line_dev_reports_both_carves_against_one_training_part(
     monkeypatch.setattr(sys, "argv", argv + ["--lines-dev"])
     with pytest.raises(SystemExit, match="counts differ"):  # a tiny file, as above
         script.main()
-    entry = json.loads((out / "manifest.json").read_text(encoding="utf8"))["sxu"]
-    assert entry["dev_lines"] == str(out / "sxu" / "dev_lines.spacy") and "dev_lines" in entry["dev_note"]
+    written = json.loads((out / "manifest.json").read_text(encoding="utf8"))["sxu"]
+    # files named relative to the manifest, read back as paths from here
+    assert written["dev_lines"] == "sxu/dev_lines.spacy" and written["paths"] == "manifest"
+    entry = load_manifest(out / "manifest.json")["sxu"]
+    assert Path(entry["dev_lines"]).resolve() == (out / "sxu" / "dev_lines.spacy").resolve()
+    assert "dev_lines" in entry["dev_note"]
     assert entry["carve"]["lines_dev"] == 20
     assert entry["rates"]["dev_lines"] == file_rates("cws", entry["train"], entry["dev_lines"])
     assert entry["rates"]["dev"] == file_rates("cws", entry["train"], entry["dev"])

@@ -318,3 +318,28 @@ def test_a_manifest_path_reads_the_same_file_from_the_study_folder(tmp_path, mon
     monkeypatch.chdir(project / "studies")
     moved = paths.load_manifest(project / "smoke" / "corpus" / "manifest.json")["sxu"]
     assert moved == {**entry, "eval": "../smoke/corpus/dev.spacy"}
+
+
+def test_a_manifest_reads_its_own_files_from_any_folder_and_any_clone(tmp_path, monkeypatch):
+    # the corpus step of one clone names its files relative to the manifest: a report run from
+    # another clone's project (--out pointing here) reads this corpus, not its own clone's
+    ours, theirs = tmp_path / "ours" / "project", tmp_path / "theirs" / "project"
+    for project in (ours, theirs):
+        (project / "corpus" / "sxu").mkdir(parents=True)
+        (project / "corpus" / "sxu" / "dev.spacy").write_text(str(project), encoding="utf8")
+        (project / "studies").mkdir()
+    monkeypatch.setattr(paths, "PROJECT_DIR", ours)
+    monkeypatch.chdir(theirs)
+    dev = paths.to_manifest("corpus/sxu/dev.spacy", Path("corpus"))
+    assert dev == "sxu/dev.spacy" and paths.to_manifest("no/such.spacy", Path("corpus")) == "no/such.spacy"
+    entry = {"task": "cws", "eval": dev, "eval_split": "dev", "paths": paths.MANIFEST_RELATIVE}
+    srsly.write_json(theirs / "corpus" / "manifest.json", {"sxu": entry})
+    for folder in (ours, ours / "studies", theirs / "studies", tmp_path):
+        monkeypatch.chdir(folder)
+        read = paths.load_manifest(theirs / "corpus" / "manifest.json")["sxu"]
+        assert Path(read["eval"]).read_text(encoding="utf8") == str(theirs)
+    # a manifest written before (no "paths"): ship-relative as before, absolute paths kept
+    srsly.write_json(theirs / "corpus" / "manifest.json", {"sxu": {"eval": "corpus/sxu/dev.spacy", "dev": "/x.spacy"}})
+    monkeypatch.chdir(ours / "studies")
+    old = paths.load_manifest(theirs / "corpus" / "manifest.json")["sxu"]
+    assert old == {"eval": "../corpus/sxu/dev.spacy", "dev": "/x.spacy"}

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import typer
 
-from crf_project.paths import MANIFEST_PATHS, to_ship
+from crf_project.paths import MANIFEST_PATHS, MANIFEST_RELATIVE, to_manifest
 from crf_project.script_cli import choice_option, run_app, script_app
 from spacy_crf.cli._app import check_option
 from spacy_crf.corpora import CorpusFormatError, SplitError, convert_corpus
@@ -192,9 +192,10 @@ def convert_corpora_cli(
         elif task == "cws":
             entry["dictionary"] = entry["train"]
         manifest[name] = entry
-    # paths as the ship project's folder sees them, wherever this ran (load_manifest reads them back)
+    # paths relative to the manifest, wherever this ran and wherever it is read (load_manifest)
     for entry in manifest.values():
-        entry.update({k: to_ship(entry[k]) for k in MANIFEST_PATHS if isinstance(entry.get(k), str)})
+        entry.update({k: to_manifest(entry[k], out) for k in MANIFEST_PATHS if isinstance(entry.get(k), str)})
+        entry["paths"] = MANIFEST_RELATIVE
     write_json_atomic(out / "manifest.json", manifest)
     if errors:
         sys.exit("counts differ from the data README:\n  " + "\n  ".join(errors))
