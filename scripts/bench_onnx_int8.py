@@ -13,6 +13,12 @@ each of these ways with ONNX Runtime's quantization tools:
 * ``dynamic-matmul``: the same, the embedding tables left in float32;
 * ``dynamic-reduce-range``: 7-bit weights, which ONNX Runtime advises for
   the u8s8 kernels of CPUs without VNNI (their 16-bit sums can saturate);
+* ``float32-fused`` / ``dynamic-fused``: ONNX Runtime's Python transformer
+  fusions (``onnxruntime.transformers`` ``optimize_model``: fused attention,
+  embeddings + layer norm, skip layer norms, bias + GELU) on the float32
+  graph, alone and then quantized as ``dynamic`` (the quantizer turns the
+  fused attention and embeddings into its int8 ``QAttention`` and
+  ``QEmbedLayerNormalization``); the shipped graphs are unfused;
 * ``static-minmax`` / ``static-percentile`` / ``static-entropy``: static
   quantization (QOperator format, int8 weights per column, 7-bit weights as
   above): every MatMul's input range fixed beforehand, calibrated on the
@@ -56,6 +62,8 @@ VARIANTS = (
     "dynamic",
     "dynamic-matmul",
     "dynamic-reduce-range",
+    "float32-fused",
+    "dynamic-fused",
     "static-minmax",
     "static-percentile",
     "static-entropy",
@@ -104,8 +112,22 @@ def fixed_shape(batches: List[Batch], names: List[str], rows: int) -> List[Batch
     return [{n: stacked[n][i : i + rows] for n in names} for i in range(0, total - rows + 1, rows)]
 
 
-def quantizers(calibration: List[Batch], names: List[str]) -> Dict[str, Callable[[str, str], None]]:
-    """variant -> quantize(float_path, int8_path)."""
+def fuse(source: str, target: str, config) -> None:
+    """The float32 graph at ``source`` with ONNX Runtime's transformer fusions,
+    written to ``target`` (the session still applies its own on top)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model = optimize_model(
+        source, model_type="bert", num_heads=config.num_attention_heads, hidden_size=config.hidden_size, opt_level=0
+    )
+    fused = {op: n for op, n in model.get_fused_operator_statistics().items() if n}
+    print(f"fused: {fused or 'nothing'}", flush=True)
+    model.save_model_to_file(target)
+
+
+def quantizers(calibration: List[Batch], names: List[str], config) -> Dict[str, Callable[[str, str], None]]:
+    """variant -> quantize(float_path, target_path)."""
+    import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -130,6 +152,11 @@ def quantizers(calibration: List[Batch], names: List[str]) -> Dict[str, Callable
             source, target, weight_type=QuantType.QInt8, per_channel=True, **options
         )
 
+    def fused_dynamic(source: str, target: str) -> None:
+        fuse(source, target + ".fused", config)
+        # the fused ops are outside ONNX's shape inference: their outputs' type is given
+        dynamic(extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})(target + ".fused", target)
+
     def static(method, **extra) -> Callable[[str, str], None]:
         return lambda source, target: quantize_static(
             source,
@@ -149,6 +176,8 @@ def quantizers(calibration: List[Batch], names: List[str]) -> Dict[str, Callable
         "dynamic": shipped,
         "dynamic-matmul": dynamic(op_types_to_quantize=["MatMul"]),
         "dynamic-reduce-range": dynamic(reduce_range=True),
+        "float32-fused": lambda source, target: fuse(source, target, config),
+        "dynamic-fused": fused_dynamic,
         "static-minmax": static(CalibrationMethod.MinMax),
         "static-percentile": static(CalibrationMethod.Percentile, CalibPercentile=99.99),
         "static-entropy": static(CalibrationMethod.Entropy),
@@ -166,6 +195,13 @@ def hidden_error(session, batches: List[Batch], names: List[str], reference: Lis
     return total / max(count, 1)
 
 
+def fused_attention(graph: bytes) -> bool:
+    """Whether ``graph`` runs attention as one fused op (float32 or int8)."""
+    import onnx
+
+    return any(node.op_type in ("Attention", "QAttention") for node in onnx.load_from_string(graph).graph.node)
+
+
 def bench(args: argparse.Namespace) -> Dict[str, Any]:
     require_onnxruntime()
     torch.set_num_threads(args.threads)
@@ -178,7 +214,7 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
     graphs: Dict[str, bytes] = {"float32": export_onnx(shim._hfmodel.transformer, shim._hfmodel.tokenizer)}
     session = _session(graphs["float32"])
     names = [i.name for i in session.get_inputs()]
-    make = quantizers(calibration, names)
+    make = quantizers(calibration, names, shim._hfmodel.transformer.config)
     seconds_to_quantize: Dict[str, float] = {}
     logging.disable(logging.WARNING)  # the quantizer's advice to preprocess, once per call
     try:
@@ -220,6 +256,7 @@ def bench(args: argparse.Namespace) -> Dict[str, Any]:
                 "speedup_median": statistics.median(passes["float32"]) / median,
                 "pieces_per_s_best": pieces / best,
                 "graph_mb": len(graphs[name]) / 1e6,
+                "fused_attention": fused_attention(graphs[name]),
                 "quantize_s": seconds_to_quantize.get(name, 0.0),
                 "passes_s": passes[name],
             }

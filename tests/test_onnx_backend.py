@@ -363,11 +363,14 @@ def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, 
     rows = {r["variant"]: r for r in record["rows"]}
     assert list(rows) == ["float32", *script.VARIANTS]
     assert rows["float32"]["mean_abs_error"] == 0 and rows["float32"]["speedup_best"] == 1.0
-    # every variant is int8, so each moves the hidden state, but not far (the
-    # encoder's hidden states are layer-normed, of the order of 1)
+    # every int8 variant moves the hidden state, but not far (the encoder's
+    # hidden states are layer-normed, of the order of 1); the fused float32 graph
+    # computes the same up to rounding
     for name in script.VARIANTS:
-        assert 0 < rows[name]["mean_abs_error"] < 0.5, (name, rows[name]["mean_abs_error"])
+        limits = (0, 1e-4) if name == "float32-fused" else (0, 0.5)
+        assert limits[0] <= rows[name]["mean_abs_error"] < limits[1], (name, rows[name]["mean_abs_error"])
         assert len(rows[name]["passes_s"]) == 2
+    assert [n for n, r in rows.items() if r["fused_attention"]] == ["float32-fused", "dynamic-fused"]
     # the embedding table stays float32 in dynamic-matmul, so its graph is larger
     assert rows["dynamic-matmul"]["graph_mb"] > rows["dynamic"]["graph_mb"]
     assert record["dev_pieces"] > 0 and record["dev_batches"] == 3 and "hardware" in record
