@@ -7,7 +7,10 @@
 PIPELINE is a float32 pipeline directory (``assemble.py --quantize none``):
 each backend is that pipeline loaded afresh and then converted
 (``torch-float16`` / ``torch-int8`` / ``torch-bfloat16``: ``quantize_pipeline``; ``onnx-float32`` /
-``onnx-int8``: ``export_pipeline``). For each backend, in one run:
+``onnx-int8``: ``export_pipeline``; ``openvino-float32`` / ``openvino-bfloat16`` /
+``openvino-int8`` / ``openvino-int8-bfloat16``: ``export_openvino``, int8
+calibrated on the first ``--calibration-docs`` texts of each
+``--calibration`` training file). For each backend, in one run:
 
 * accuracy through the public API, every dev text through ``nlp.pipe``:
   word P/R/F of the tokens against ``--words``, spaCy's entity P/R/F of
@@ -44,25 +47,32 @@ from spacy.training import Example
 from spacy_crf.batching import DEFAULT_SORT_BUFFER, pipe_sorted
 from spacy_crf.cli.speed import component_seconds
 from spacy_crf.encoders.onnx_backend import export_pipeline
+from spacy_crf.encoders.openvino_backend import export_openvino
 from spacy_crf.encoders.quantize import quantize_pipeline
 from spacy_crf.hardware import hardware
 from spacy_crf.pipeline.scorers import score_words
 from spacy_crf.util import check_number
 
-BACKENDS: Dict[str, Callable[[Language], Language]] = {
-    "torch-float32": lambda nlp: nlp,
-    "torch-float16": lambda nlp: quantize_pipeline(nlp, dtype="float16"),
-    "torch-int8": lambda nlp: quantize_pipeline(nlp, dtype="qint8"),
-    "torch-bfloat16": lambda nlp: quantize_pipeline(nlp, dtype="bfloat16"),
-    "onnx-float32": lambda nlp: export_pipeline(nlp),
-    "onnx-int8": lambda nlp: export_pipeline(nlp, quantize="int8"),
+BACKENDS: Dict[str, Callable[[Language, List[str]], Language]] = {
+    "torch-float32": lambda nlp, _: nlp,
+    "torch-float16": lambda nlp, _: quantize_pipeline(nlp, dtype="float16"),
+    "torch-int8": lambda nlp, _: quantize_pipeline(nlp, dtype="qint8"),
+    "torch-bfloat16": lambda nlp, _: quantize_pipeline(nlp, dtype="bfloat16"),
+    "onnx-float32": lambda nlp, _: export_pipeline(nlp),
+    "onnx-int8": lambda nlp, _: export_pipeline(nlp, quantize="int8"),
+    "openvino-float32": lambda nlp, _: export_openvino(nlp),
+    "openvino-bfloat16": lambda nlp, _: export_openvino(nlp, precision="bfloat16"),
+    "openvino-int8": lambda nlp, texts: export_openvino(nlp, quantize="int8", calibration=texts),
+    "openvino-int8-bfloat16": lambda nlp, texts: export_openvino(
+        nlp, quantize="int8", precision="bfloat16", calibration=texts
+    ),
 }
 #: Pipes that are not the encoder: the CRF side whose share the target bounds.
 ENCODER_PIPES = {"tokenizer", "transformer"}
 
 
-def read_docs(path: Path, nlp: Language) -> List[Doc]:
-    docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
+def read_docs(path: Path, nlp_or_vocab) -> List[Doc]:
+    docs = list(DocBin().from_disk(path).get_docs(getattr(nlp_or_vocab, "vocab", nlp_or_vocab)))
     if not docs:
         sys.exit(f"{path}: no docs")
     return docs
@@ -108,7 +118,13 @@ def timed_pass(nlp: Language, texts: List[str], batch_size: int, sort_buffer: in
 
 def bench(args: argparse.Namespace) -> Dict[str, Any]:
     names = args.backends.split(",")
-    pipelines = {name: BACKENDS[name](spacy.load(args.pipeline)) for name in names}
+    calibration: List[str] = []
+    if any("int8" in name and name.startswith("openvino") for name in names):
+        if not args.calibration:
+            sys.exit("--backends openvino-int8 needs --calibration (training .spacy files)")
+        vocab = spacy.blank("zh").vocab
+        calibration = [d.text for path in args.calibration for d in read_docs(path, vocab)[: args.calibration_docs]]
+    pipelines = {name: BACKENDS[name](spacy.load(args.pipeline), calibration) for name in names}
     first = pipelines[names[0]]
     word_refs, ent_refs = read_docs(args.words, first), read_docs(args.ents, first)
     texts = [d.text for d in word_refs[: args.speed_limit]] + [d.text for d in ent_refs[: args.speed_limit]]
@@ -181,6 +197,10 @@ def main() -> None:
     p.add_argument("--ents", type=Path, required=True, help="Dev .spacy file with reference entities (MSRA dev)")
     p.add_argument("--dictionary", type=Path, help="Training .spacy file whose words are in-vocabulary (OOV recall)")
     p.add_argument("--backends", default="torch-float32,torch-float16,torch-int8,onnx-float32,onnx-int8")
+    p.add_argument(
+        "--calibration", type=Path, nargs="*", default=[], help="Training .spacy files: the int8 OpenVINO calibration"
+    )
+    p.add_argument("--calibration-docs", type=int, default=256, help="Calibration texts of each training file")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--speed-limit", type=int, default=1000, help="Dev texts per corpus timed for speed")
     p.add_argument(
@@ -203,8 +223,8 @@ def main() -> None:
     check_args(
         p,
         args,
-        ("batch_size", "speed_limit", "repeats", "threads"),
-        [args.pipeline, args.words, args.ents, args.dictionary],
+        ("batch_size", "speed_limit", "repeats", "threads", "calibration_docs"),
+        [args.pipeline, args.words, args.ents, args.dictionary, *args.calibration],
         args.out,
     )
     torch.set_num_threads(args.threads)

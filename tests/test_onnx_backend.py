@@ -11,13 +11,11 @@ import numpy
 import pytest
 import spacy
 import torch
-from spacy.training import Example
-from thinc.api import Config
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from _configs import NER_DATA, PIPELINE_CFG  # noqa: E402
+from _backends import TEXTS, encoders, examples, make_nlp, max_diff, outputs, trained_float_pipeline  # noqa: E402
 
 from spacy_crf.encoders.onnx_backend import (  # noqa: E402
     ONNX_ARCH,
@@ -27,30 +25,12 @@ from spacy_crf.encoders.onnx_backend import (  # noqa: E402
     export_pipeline,
 )
 from spacy_crf.encoders.quantize import quantize_pipeline  # noqa: E402
-from spacy_crf.training.optimizers import grouped_adam  # noqa: E402
-
-TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
-
-
-def make_nlp(name):
-    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(name)))
-    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-
-
-def examples(nlp):
-    return [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
 
 
 @pytest.fixture(scope="module")
 def float_dir(tiny_bert_dir, tmp_path_factory):
     """A torch pipeline trained a little (so its tags are not all one), on disk."""
-    nlp = make_nlp(tiny_bert_dir)
-    optimizer = nlp.initialize(lambda: examples(nlp), sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
-    for _ in range(15):
-        nlp.update(examples(nlp), sgd=optimizer)
-    path = tmp_path_factory.mktemp("float") / "pipeline"
-    nlp.to_disk(path)
-    return path
+    return trained_float_pipeline(tiny_bert_dir, tmp_path_factory.mktemp("float") / "pipeline")
 
 
 @pytest.fixture(scope="module")
@@ -58,31 +38,6 @@ def onnx_dir(float_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("onnx") / "pipeline"
     export_pipeline(spacy.load(float_dir)).to_disk(path)
     return path
-
-
-def outputs(nlp, texts=TEXTS, **pipe_kwargs):
-    """(hidden states, tag ids, entities) per text."""
-    docs = list(nlp.pipe(texts, **pipe_kwargs))
-    tags = [ids.tolist() for ids in nlp.get_pipe("crf_tagger").predict(docs)]
-    ents = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]
-    hidden = [numpy.array(d._.trf_data.tensors[0]) if len(d) else None for d in docs]
-    return hidden, tags, ents
-
-
-def max_diff(a, b):
-    return max(float(numpy.abs(x - y).max()) for x, y in zip(a, b) if x is not None)
-
-
-def encoders(nlp):
-    from spacy_transformers.layers import TransformerModel
-
-    return [
-        node.transformer
-        for _, component in nlp.components
-        if hasattr(component, "model")
-        for node in component.model.walk()
-        if isinstance(node, TransformerModel)
-    ]
 
 
 def test_float32_onnx_pipeline_predicts_as_torch(float_dir):
@@ -374,6 +329,7 @@ def test_the_int8_benchmark_compares_static_and_dynamic_quantization(float_dir, 
             assert 0 < error < 0.5, (name, error)
         assert len(rows[name]["passes_s"]) == 2
     assert [n for n, r in rows.items() if r["fused_attention"]] == ["float32-fused", "dynamic-fused"]
+    assert [n for n, r in rows.items() if r["fused_attention"] is None] == ["openvino-int8", "openvino-int8-bfloat16"]
     # the embedding table stays float32 in dynamic-matmul, so its graph is larger
     assert rows["dynamic-matmul"]["graph_mb"] > rows["dynamic"]["graph_mb"]
     assert record["dev_pieces"] > 0 and record["dev_batches"] == 3 and "hardware" in record

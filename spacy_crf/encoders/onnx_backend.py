@@ -32,6 +32,8 @@ Inference only: a training pass through the encoder raises
 ``onnxruntime``: ``pip install spacy-crf[onnx]``.
 """
 
+from typing import Any, Callable
+
 import torch
 from spacy.language import Language
 from spacy.util import registry
@@ -81,44 +83,55 @@ class OnnxTrainingError(RuntimeError):
     """A training pass through an ONNX (inference-only) encoder."""
 
 
-class _OnnxAutoModel:
-    """Stands in for ``AutoModel`` in ``HFShim.from_bytes``: builds an empty
-    ``OnnxEncoder`` for the saved graph to load into."""
+class _EmptyEncoder:
+    """Stands in for ``AutoModel`` in ``HFShim.from_bytes``: builds the
+    shim's empty encoder for the saved graph to load into."""
 
-    def __init__(self, quantize: str):
-        self.quantize = quantize
+    def __init__(self, build: Callable[[Any], torch.nn.Module]):
+        self.build = build
 
     def from_config(self, config):
-        return OnnxEncoder(config, quantize=self.quantize)
+        return self.build(config)
 
 
 class OnnxHFShim(HFShim):
-    """An ``HFShim`` whose model is an ``OnnxEncoder``; inference only."""
+    """An ``HFShim`` whose model is an ``OnnxEncoder``; inference only.
+    Subclasses run the graph in another runtime (``runtime``, named in
+    errors): they override ``empty_encoder`` and ``exported``."""
+
+    runtime = "ONNX Runtime"
+    export_function = "spacy_crf.encoders.onnx_backend.export_pipeline"
 
     def __init__(self, model, *, quantize: str = "none", **kwargs):
-        check_quantize(quantize)
-        kwargs["model_cls"] = _OnnxAutoModel(quantize)
+        self.quantize = check_quantize(quantize)
+        kwargs["model_cls"] = _EmptyEncoder(self.empty_encoder)
         super().__init__(model, **kwargs)
-        self.quantize = quantize
         if model.transformer is not None:
-            self.set_onnx(model.transformer)
+            self.set_encoder(model.transformer)
 
-    def set_onnx(self, transformer: torch.nn.Module) -> None:
-        """Export ``transformer`` (a Hugging Face model, or an ``OnnxEncoder``
-        already) and make the result the shim's model."""
-        check_cpu("Exporting a transformer to ONNX")
+    def empty_encoder(self, config) -> OnnxEncoder:
+        return OnnxEncoder(config, quantize=self.quantize)
+
+    def exported(self, transformer: torch.nn.Module) -> OnnxEncoder:
+        """``transformer`` (a Hugging Face model) as this shim's encoder."""
+        onnx_bytes = export_onnx(transformer, self._hfmodel.tokenizer)
+        if self.quantize == "int8":
+            onnx_bytes = quantize_onnx(onnx_bytes)
+        return OnnxEncoder(transformer.config, onnx_bytes, self.quantize)
+
+    def set_encoder(self, transformer: torch.nn.Module) -> None:
+        """Export ``transformer`` (a Hugging Face model, or this shim's kind
+        of encoder already) and make the result the shim's model."""
+        check_cpu(f"Exporting a transformer to {self.runtime}")
         if not isinstance(transformer, OnnxEncoder):
-            onnx_bytes = export_onnx(transformer.to("cpu"), self._hfmodel.tokenizer)
-            if self.quantize == "int8":
-                onnx_bytes = quantize_onnx(onnx_bytes)
-            transformer = OnnxEncoder(transformer.config, onnx_bytes, self.quantize)
+            transformer = self.exported(transformer.to("cpu"))
         self._model = transformer
         self._hfmodel.transformer = transformer
 
     def begin_update(self, inputs):
         raise OnnxTrainingError(
-            "This transformer runs in ONNX Runtime and is inference-only: it cannot be trained. Train the "
-            "torch pipeline and export it afterwards (spacy_crf.encoders.onnx_backend.export_pipeline); to "
+            f"This transformer runs in {self.runtime} and is inference-only: it cannot be trained. Train the "
+            f"torch pipeline and export it afterwards ({self.export_function}); to "
             "train other components on top of it, freeze it ([training] frozen_components and "
             "annotating_components)."
         )
@@ -142,11 +155,13 @@ def _set_onnx_transformer(model: TransformerModel, hf_model) -> None:
     set_pytorch_transformer(model, hf_model)
     shim = model.layers[0].shims[0]
     assert isinstance(shim, OnnxHFShim)
-    shim.set_onnx(hf_model.transformer)
+    shim.set_encoder(hf_model.transformer)
 
 
 def _check_exportable(model: TransformerModel, quantize: str) -> None:
     shim = model.layers[0].shims[0]
+    if isinstance(shim, OnnxHFShim) and type(shim) is not OnnxHFShim:
+        raise ValueError(f"This transformer already runs in {shim.runtime}: export the torch pipeline to ONNX instead.")
     if isinstance(shim, OnnxHFShim) and shim.quantize != quantize:
         raise ValueError(
             f"This transformer is already exported to ONNX with quantize={shim.quantize!r}, "
@@ -237,7 +252,10 @@ def export_pipeline(nlp: Language, *, quantize: str = "none") -> Language:
     check_quantize(quantize)
     check_cpu("export_pipeline")
     require_onnxruntime()
-    plan = plan_swap(nlp, EXPORTABLE_ARCHS, "export component {name!r} to ONNX", "ONNX")
+    from .openvino_backend import OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH  # it builds on this module
+
+    archs = (*EXPORTABLE_ARCHS, OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH)  # an OpenVINO pipeline: a clear error
+    plan = plan_swap(nlp, archs, "export component {name!r} to ONNX", "ONNX")
     for models, _ in plan:
         for model in models:  # before changing anything: all or nothing
             _check_exportable(model, quantize)

@@ -55,16 +55,16 @@ def check_cpu(what: str) -> None:
         )
 
 
-def _require(module: str):
+def require(module: str, backend: str = "ONNX", extra: str = "onnx"):
     """``module`` imported, or an error saying which extra brings it."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"The ONNX encoder needs {module}: pip install 'spacy-crf[onnx]'") from e
+        raise ImportError(f"The {backend} encoder needs {module}: pip install 'spacy-crf[{extra}]'") from e
 
 
 def require_onnxruntime():
-    return _require("onnxruntime")
+    return require("onnxruntime")
 
 
 # --- export and quantization ----------------------------------------------------
@@ -111,7 +111,7 @@ def export_onnx(transformer: torch.nn.Module, tokenizer=None) -> bytes:
             "The ONNX encoder gives the last hidden state (and pooler output) only, but this transformer's "
             "config asks for output_hidden_states/output_attentions: drop them from transformer_config."
         )
-    _require("onnx")  # torch.onnx.export writes the graph with it
+    require("onnx")  # torch.onnx.export writes the graph with it
     names = _input_names(transformer, tokenizer)
     dummy = _dummy_inputs(config, names)
     was_training = transformer.training

@@ -1,0 +1,56 @@
+"""What the encoder backends' tests share: a tiny pipeline, its training
+examples, and what a pipeline predicts (hidden states, tags, entities)."""
+
+import numpy
+import spacy
+from _configs import NER_DATA, PIPELINE_CFG
+from spacy.training import Example
+from thinc.api import Config
+
+from spacy_crf.training.optimizers import grouped_adam
+
+TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
+
+
+def make_nlp(name):
+    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(name)))
+    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+
+
+def examples(nlp):
+    return [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+
+
+def outputs(nlp, texts=TEXTS, **pipe_kwargs):
+    """(hidden states, tag ids, entities) per text."""
+    docs = list(nlp.pipe(texts, **pipe_kwargs))
+    tags = [ids.tolist() for ids in nlp.get_pipe("crf_tagger").predict(docs)]
+    ents = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]
+    hidden = [numpy.array(d._.trf_data.tensors[0]) if len(d) else None for d in docs]
+    return hidden, tags, ents
+
+
+def max_diff(a, b):
+    return max(float(numpy.abs(x - y).max()) for x, y in zip(a, b) if x is not None)
+
+
+def encoders(nlp):
+    from spacy_transformers.layers import TransformerModel
+
+    return [
+        node.transformer
+        for _, component in nlp.components
+        if hasattr(component, "model")
+        for node in component.model.walk()
+        if isinstance(node, TransformerModel)
+    ]
+
+
+def trained_float_pipeline(bert_dir, path):
+    """A torch pipeline trained a little (so its tags are not all one), saved to ``path``."""
+    nlp = make_nlp(bert_dir)
+    optimizer = nlp.initialize(lambda: examples(nlp), sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
+    for _ in range(15):
+        nlp.update(examples(nlp), sgd=optimizer)
+    nlp.to_disk(path)
+    return path

@@ -1,0 +1,200 @@
+"""OpenVINO inference of the transformer encoder (spacy_crf.encoders.openvino_backend):
+float32 predicts as torch does, through to_disk / spacy.load and in other
+processes; static int8 is calibrated on texts, runs int8 and predicts close;
+bfloat16 only where the CPU has it; misuse is a clear error."""
+
+import multiprocessing
+import shutil
+
+import numpy
+import pytest
+import spacy
+
+pytest.importorskip("openvino")
+pytest.importorskip("onnx")
+
+from _backends import TEXTS, encoders, examples, make_nlp, max_diff, outputs, trained_float_pipeline  # noqa: E402
+
+from spacy_crf.encoders.onnx_backend import OnnxTrainingError, export_pipeline  # noqa: E402
+from spacy_crf.encoders.openvino_backend import (  # noqa: E402
+    OPENVINO_ARCH,
+    OPENVINO_TOK2VEC_ARCH,
+    OpenVINOEncoder,
+    export_openvino,
+    inference_hint,
+    record_encoder_inputs,
+)
+
+CALIBRATION = ["王五在南京大学读书", "上海的天气很好", "他们去了广州和深圳工作"] * 4
+
+
+@pytest.fixture(scope="module")
+def float_dir(tiny_bert_dir, tmp_path_factory):
+    return trained_float_pipeline(tiny_bert_dir, tmp_path_factory.mktemp("float") / "pipeline")
+
+
+@pytest.fixture(scope="module")
+def openvino_dir(float_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("openvino") / "pipeline"
+    export_openvino(spacy.load(float_dir)).to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def int8_dir(float_dir, tmp_path_factory):
+    pytest.importorskip("nncf")
+    path = tmp_path_factory.mktemp("int8") / "pipeline"
+    export_openvino(spacy.load(float_dir), quantize="int8", calibration=CALIBRATION).to_disk(path)
+    return path
+
+
+def test_float32_openvino_pipeline_predicts_as_torch(float_dir):
+    hidden_t, tags_t, ents_t = outputs(spacy.load(float_dir))
+    nlp = export_openvino(spacy.load(float_dir))
+    (encoder,) = encoders(nlp)
+    assert isinstance(encoder, OpenVINOEncoder) and (encoder.quantize, encoder.precision) == ("none", "float32")
+    assert nlp.config["components"]["transformer"]["model"]["@architectures"] == OPENVINO_ARCH
+    hidden_o, tags_o, ents_o = outputs(nlp)
+    assert len(set(sum(tags_t, []))) > 1  # the torch tagger is not trivially constant
+    assert tags_o == tags_t and ents_o == ents_t
+    assert max_diff(hidden_t, hidden_o) < 1e-4
+    # float32 is asked for explicitly: OpenVINO's own default is bfloat16 where the CPU has it
+    assert encoder.session().inference_precision == "f32"
+    doc_t, doc_o = spacy.load(float_dir)(TEXTS[0]), nlp(TEXTS[0])
+    assert len(doc_o._.trf_data.tensors) == len(doc_t._.trf_data.tensors) == 2  # pooler output kept
+
+
+def test_to_disk_and_load_give_the_openvino_pipeline_back(float_dir, openvino_dir, tmp_path):
+    before = outputs(spacy.load(float_dir))
+    cfg = (openvino_dir / "config.cfg").read_text(encoding="utf8")
+    assert OPENVINO_ARCH in cfg and 'quantize = "none"' in cfg and 'precision = "float32"' in cfg
+    loaded = spacy.load(openvino_dir)
+    assert all(isinstance(e, OpenVINOEncoder) for e in encoders(loaded))
+    after = outputs(loaded)
+    assert after[1:] == before[1:] and max_diff(before[0], after[0]) < 1e-4
+    loaded.to_disk(tmp_path / "again")
+    assert outputs(spacy.load(tmp_path / "again"))[1:] == before[1:]
+
+
+def test_the_precision_is_a_run_time_setting_of_the_config(openvino_dir):
+    nlp = spacy.load(openvino_dir, config={"components": {"transformer": {"model": {"precision": "bfloat16"}}}})
+    (encoder,) = encoders(nlp)
+    assert encoder.precision == "bfloat16"
+    import openvino
+
+    capabilities = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert encoder.session().inference_precision == ("bf16" if "BF16" in capabilities else "f32")
+    assert outputs(nlp)[1] == outputs(spacy.load(openvino_dir))[1] or "BF16" in capabilities
+    with pytest.raises(Exception, match="Unknown OpenVINO precision 'float16'"):
+        spacy.load(openvino_dir, config={"components": {"transformer": {"model": {"precision": "float16"}}}})
+
+
+def test_bfloat16_only_where_the_cpu_runs_it():
+    assert inference_hint("bfloat16", ["FP32", "BF16", "INT8"]) == "bf16"
+    assert inference_hint("bfloat16", ["FP32", "INT8"]) == "f32"
+    assert inference_hint("float32", ["FP32", "BF16"]) == "f32"
+
+
+def test_int8_is_calibrated_runs_int8_and_predicts_close(float_dir, int8_dir):
+    hidden_t, tags_t, _ = outputs(spacy.load(float_dir))
+    nlp = spacy.load(int8_dir)
+    (encoder,) = encoders(nlp)
+    assert encoder.quantize == "int8" and b"FakeQuantize" in encoder.ir[0]
+    assert 'quantize = "int8"' in (int8_dir / "config.cfg").read_text(encoding="utf8")
+    hidden_q, tags_q, _ = outputs(nlp)
+    for t, q in zip(hidden_t, hidden_q):
+        if t is not None:
+            assert 0 < numpy.abs(t - q).max() < 0.1 * numpy.abs(t).max()
+    assert numpy.mean(numpy.equal(sum(tags_t, []), sum(tags_q, []))) >= 0.9
+
+
+def test_int8_needs_calibration_texts(float_dir, tiny_bert_dir):
+    with pytest.raises(ValueError, match="needs calibration texts"):
+        export_openvino(spacy.load(float_dir), quantize="int8")
+    with pytest.raises(ValueError, match="needs calibration texts"):
+        export_openvino(spacy.load(float_dir), quantize="int8", calibration=["", " "])
+    # a config that names int8 cannot be initialized from the float model: nothing to calibrate on
+    nlp = export_openvino(make_nlp(tiny_bert_dir))
+    nlp.config["components"]["transformer"]["model"]["quantize"] = "int8"
+    fresh = spacy.util.load_model_from_config(nlp.config, auto_fill=True)
+    with pytest.raises(ValueError, match="needs calibration texts"):
+        fresh.initialize(lambda: examples(fresh))
+
+
+def test_record_encoder_inputs_gives_each_encoder_what_nlp_pipe_feeds_it(float_dir):
+    nlp = spacy.load(float_dir)
+    nlp.replace_listeners("transformer", "crf_tagger", ["model.tok2vec"])
+    recorded = record_encoder_inputs(nlp, CALIBRATION, batch_size=4)
+    assert len(recorded) == 2  # the transformer's and the tagger's copy
+    for batches in recorded.values():
+        assert len(batches) == 3 and {"input_ids", "attention_mask"} <= set(batches[0])
+        assert sum(int(b["attention_mask"].sum()) > 0 for b in batches) == 3
+    assert all("forward" not in vars(e) for e in encoders(nlp))  # the recording is undone
+
+
+def test_transformer_copied_by_replace_listeners(float_dir, tmp_path):
+    nlp = spacy.load(float_dir)
+    nlp.replace_listeners("transformer", "crf_tagger", ["model.tok2vec"])
+    with nlp.select_pipes(disable=["transformer"]):
+        torch_ents = [[(e.start_char, e.end_char) for e in d.ents] for d in nlp.pipe(TEXTS)]
+    export_openvino(nlp)
+    tok2vec_cfg = nlp.config["components"]["crf_tagger"]["model"]["tok2vec"]
+    assert tok2vec_cfg["@architectures"] == OPENVINO_TOK2VEC_ARCH and tok2vec_cfg["precision"] == "float32"
+    nlp.to_disk(tmp_path / "ov")
+    loaded = spacy.load(tmp_path / "ov")
+    assert len(encoders(loaded)) == 2 and all(isinstance(e, OpenVINOEncoder) for e in encoders(loaded))
+    with loaded.select_pipes(disable=["transformer"]):
+        assert [[(e.start_char, e.end_char) for e in d.ents] for d in loaded.pipe(TEXTS)] == torch_ents
+
+
+def _in_child(nlp, queue):
+    (encoder,) = encoders(nlp)
+    inherited = encoder.session_started
+    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
+
+
+def test_other_processes_start_their_own_model(openvino_dir):
+    nlp = spacy.load(openvino_dir)
+    _, _, ents = outputs(nlp)
+    (encoder,) = encoders(nlp)
+    assert encoder.session_started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_in_child, args=(nlp, queue))
+    child.start()
+    inherited, child_ents = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and not inherited and child_ents == ents
+    multi = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS, n_process=2, batch_size=2)]
+    assert multi == ents
+
+
+def test_initialize_exports_the_model_named_in_the_config(tiny_bert_dir):
+    nlp = export_openvino(make_nlp(tiny_bert_dir))
+    nlp.initialize(lambda: examples(nlp))
+    assert all(isinstance(e, OpenVINOEncoder) and e.ir for e in encoders(nlp))
+    assert len(list(nlp.pipe(TEXTS))) == len(TEXTS)
+
+
+def test_misuse_is_a_clear_error(float_dir, openvino_dir, tmp_path):
+    nlp = spacy.load(openvino_dir)
+    cfg = nlp.config.to_str()
+    assert export_openvino(nlp) is nlp and nlp.config.to_str() == cfg  # a no-op
+    with pytest.raises(ValueError, match="already exported to OpenVINO with quantize='none'"):
+        export_openvino(nlp, precision="bfloat16")
+    with pytest.raises(ValueError, match="already runs in OpenVINO"):
+        export_pipeline(nlp)
+    with pytest.raises(ValueError, match="export the float torch pipeline to OpenVINO"):
+        export_openvino(export_pipeline(spacy.load(float_dir)))
+    with pytest.raises(ValueError, match="Unknown OpenVINO precision 'fp16'"):
+        export_openvino(spacy.load(float_dir), precision="fp16")
+    with pytest.raises(OnnxTrainingError, match="runs in OpenVINO and is inference-only.*export_openvino"):
+        nlp.update(examples(nlp))
+    shutil.copytree(float_dir, tmp_path / "p")
+    path = tmp_path / "p" / "config.cfg"
+    path.write_text(
+        path.read_text(encoding="utf8").replace("spacy-transformers.TransformerModel.v3", OPENVINO_ARCH),
+        encoding="utf8",
+    )
+    with pytest.raises(ValueError, match="saved with another encoder"):
+        spacy.load(tmp_path / "p")
