@@ -209,7 +209,10 @@ def test_quantized_assembly(trained_dirs, tmp_path):
     assert encoders and all(is_quantized(m) for m in encoders)
     texts = ["张三去上海", "我在北京工作"]
     assert [[t.text for t in d] for d in loaded.pipe(texts)] == [[t.text for t in nlp(x)] for x in texts]
-    with pytest.raises(ValueError, match="quantize must be one of none, qint8, float16, bfloat16, onnx, onnx-int8"):
+    with pytest.raises(
+        ValueError,
+        match="quantize must be one of none, qint8, float16, bfloat16, onnx, onnx-int8, openvino, openvino-int8",
+    ):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="int4")
     bf16 = assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="bfloat16")
     assert bf16.meta["quantized"] == "bfloat16"
@@ -344,3 +347,58 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     with pytest.raises(OutputPathError):
         script.main()
     assert (tmp_path / "dev.spacy").read_bytes() == before
+
+
+_FLOAT32 = {
+    "components": {
+        "transformer": {"model": {"precision": "float32"}},
+        "crf_ner": {"model": {"tok2vec": {"precision": "float32"}}},
+    }
+}
+
+
+@pytest.mark.parametrize("quantize", ["openvino", "openvino-int8"])
+def test_openvino_assembly_saves_the_model_and_requires_the_openvino_extra(trained_dirs, tmp_path, quantize):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from spacy.tokens import DocBin
+
+    from spacy_crf.encoders.openvino_backend import OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH, OpenVINOHFShim
+
+    texts = ["张三去上海", "我在北京工作", "北京大学在北京", ""]
+    blank = spacy.blank("zh")
+    calibration = tmp_path / "train.spacy"
+    DocBin(docs=[blank(t) for t in ["王五在南京读书", "上海的天气很好", "他们去了广州"]]).to_disk(calibration)
+    # the calibration is unused by plain openvino (a project switches --quantize alone)
+    nlp = assemble(
+        trained_dirs / "cws", trained_dirs / "ner", quantize=quantize, calibration=[calibration], precision="bfloat16"
+    )
+    assert nlp.meta["quantized"] == quantize
+    assert nlp.meta["requirements"] == ["spacy-crf[openvino]>=0.1.0,<0.2.0"]
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    shims = [
+        shim for _, pipe in loaded.components if hasattr(pipe, "model") for n in pipe.model.walk() for shim in n.shims
+    ]
+    assert len(shims) == 2 and all(isinstance(shim, OpenVINOHFShim) for shim in shims)
+    assert {shim.quantize for shim in shims} == {"int8" if quantize == "openvino-int8" else "none"}
+    assert {shim.precision for shim in shims} == {"bfloat16"}
+    archs = {block["@architectures"] for block in _blocks(loaded.config) if "@architectures" in block}
+    assert {OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH} <= archs
+    assert [d.text for d in loaded.pipe(texts)] == texts
+    if quantize == "openvino":  # float32 predicts what torch does
+        reference = assemble(trained_dirs / "cws", trained_dirs / "ner")
+        loaded = spacy.load(tmp_path / "pipeline", config=_FLOAT32)
+        got = [([t.text for t in d], [(e.start_char, e.label_) for e in d.ents]) for d in loaded.pipe(texts)]
+        assert got == [([t.text for t in d], [(e.start_char, e.label_) for e in d.ents]) for d in reference.pipe(texts)]
+
+
+def test_openvino_int8_calibration_errors(trained_dirs, tmp_path):
+    with pytest.raises(ValueError, match="openvino-int8 needs --calibration"):
+        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino-int8")
+    with pytest.raises(ValueError, match="Unknown OpenVINO precision 'fp16'"):
+        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino", precision="fp16")
+    bad = tmp_path / "train.spacy"
+    bad.write_text("not a DocBin", encoding="utf8")
+    with pytest.raises(ValueError, match=r"--calibration '.*train.spacy': not a .spacy file"):
+        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino-int8", calibration=[bad])

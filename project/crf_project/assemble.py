@@ -39,18 +39,23 @@ stays in torch): ``qint8`` or ``float16`` store its linear layers as int8 or
 float16 for torch, ``bfloat16`` runs them in bfloat16 on CPUs that do so natively
 (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
 ``onnx`` and ``onnx-int8`` export it to an ONNX graph that ONNX Runtime runs,
-float32 or with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`).
+float32 or with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`);
+``openvino`` and ``openvino-int8`` to an OpenVINO model, float32 or static
+int8 calibrated on the first ``--calibration-docs`` texts of each
+``--calibration`` file (:func:`spacy_crf.encoders.openvino_backend.export_openvino`).
 The graph is saved inside the pipeline; the package then requires
-``spacy-crf[onnx]``. docs/speed.md compares them on the dev sets.
+``spacy-crf[onnx]`` or ``spacy-crf[openvino]``. docs/speed.md compares them
+on the dev sets.
 """
 
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import spacy
 import srsly
 import typer
 from spacy.language import Language
+from spacy.tokens import DocBin
 from wasabi import msg
 
 from crf_project.script_cli import script_app
@@ -61,9 +66,13 @@ from spacy_crf.pipeline.scorers import score_words
 # The factories of spacy_crf.pipeline.crf_tagger.CRFTagger: the general one and its variants.
 CRF_FACTORIES = ("crf_tagger", "crf_ner", "crf_segmenter")
 WORD_POLICIES = ("split", "keep_words", "respect_ents")
-QUANTIZE = ("none", "qint8", "float16", "bfloat16", "onnx", "onnx-int8")
+QUANTIZE = ("none", "qint8", "float16", "bfloat16", "onnx", "onnx-int8", "openvino", "openvino-int8")
 # what each ONNX choice asks of spacy_crf.encoders.onnx_backend.export_pipeline
 ONNX_QUANTIZE = {"onnx": "none", "onnx-int8": "int8"}
+# ... and each OpenVINO choice of spacy_crf.encoders.openvino_backend.export_openvino
+OPENVINO_QUANTIZE = {"openvino": "none", "openvino-int8": "int8"}
+#: calibration texts per --calibration file for openvino-int8 (what docs/results.md measured with)
+CALIBRATION_DOCS = 256
 REQUIREMENT = "spacy-crf{extras}>=0.1.0,<0.2.0"
 
 
@@ -108,6 +117,9 @@ def assemble(
     quantize: str = "none",
     lexicon: Optional[Path] = None,
     lexicon_weight: float = 0.0,
+    calibration: Sequence[Path] = (),
+    calibration_docs: int = CALIBRATION_DOCS,
+    precision: str = "float32",
 ) -> Language:
     """Build ``transformer -> segmenter -> crf_ner -> merge_words`` (see module docs).
 
@@ -122,11 +134,18 @@ def assemble(
         with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`); "none".
     lexicon: a word list for the segmenter's decoding (``read_lexicon``),
         used with ``lexicon_weight`` > 0.
+    calibration: ``.spacy`` files (training data) whose first
+        ``calibration_docs`` texts each calibrate "openvino-int8" (unused
+        by the other choices, so that a project can switch ``quantize`` alone).
+    precision: "float32", or "bfloat16" where the CPU runs it natively, for
+        what an OpenVINO encoder does not run in int8 (unused by the others).
     """
     if words not in WORD_POLICIES:
         raise ValueError(f"words must be one of {', '.join(WORD_POLICIES)}, not {words!r}")
     if quantize not in QUANTIZE:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, not {quantize!r}")
+    if quantize == "openvino-int8" and not calibration:
+        raise ValueError("--quantize openvino-int8 needs --calibration (training .spacy files)")
     cws_nlp = spacy.load(cws_model)
     ner_nlp = spacy.load(ner_model) if ner_model is not None else cws_nlp
     seg_name = _find(cws_nlp, ("bmes",), segmenter, str(cws_model))
@@ -164,6 +183,11 @@ def assemble(
         from spacy_crf.encoders.onnx_backend import export_pipeline
 
         export_pipeline(nlp, quantize=ONNX_QUANTIZE[quantize])
+    elif quantize in OPENVINO_QUANTIZE:
+        from spacy_crf.encoders.openvino_backend import export_openvino
+
+        texts = calibration_texts(calibration, calibration_docs) if quantize == "openvino-int8" else []
+        export_openvino(nlp, quantize=OPENVINO_QUANTIZE[quantize], precision=precision, calibration=texts)
     elif quantize != "none":
         from spacy_crf.encoders.quantize import quantize_pipeline
 
@@ -182,11 +206,34 @@ def assemble(
             "quantized": None if quantize == "none" else quantize,
             "lexicon": lexicon_meta,
             # spacy.load of an ONNX encoder needs onnxruntime: the extra brings it
-            "requirements": [REQUIREMENT.format(extras="[onnx]" if quantize in ONNX_QUANTIZE else "")],
+            "requirements": [REQUIREMENT.format(extras=_extras(quantize))],
             "performance": {},
         }
     )
     return nlp
+
+
+def _extras(quantize: str) -> str:
+    """What ``spacy.load`` of the package needs besides the plain package."""
+    return "[onnx]" if quantize in ONNX_QUANTIZE else "[openvino]" if quantize in OPENVINO_QUANTIZE else ""
+
+
+def calibration_texts(paths: Sequence[Path], limit: int) -> List[str]:
+    """The texts of the first ``limit`` docs of each ``.spacy`` file, in order."""
+    if limit < 1:
+        raise ValueError(f"--calibration-docs must be at least 1, got {limit}")
+    vocab = spacy.blank("zh").vocab
+    texts: List[str] = []
+    for path in paths:
+        try:
+            docs = DocBin().from_disk(path).get_docs(vocab)
+            found = [doc.text for _, doc in zip(range(limit), docs)]
+        except Exception as e:
+            raise ValueError(f"--calibration {str(path)!r}: not a .spacy file ({type(e).__name__}: {e})") from None
+        if not found:
+            raise ValueError(f"--calibration {str(path)!r}: no docs")
+        texts.extend(found)
+    return texts
 
 
 def lexicon_weight_from(lexicon: Optional[Path], weight: Optional[float], tuning: Optional[Path]) -> float:
@@ -254,7 +301,25 @@ def assemble_cli(
         "--quantize",
         help="none | qint8 | float16 (torch, dynamic quantization of the encoder's linear layers) | "
         "bfloat16 (torch, bfloat16 products where the CPU runs them natively, float32 elsewhere) | "
-        "onnx | onnx-int8 (the encoder as an ONNX Runtime graph, float32 or int8 weights): faster CPU inference",
+        "onnx | onnx-int8 (the encoder as an ONNX Runtime graph, float32 or int8 weights) | "
+        "openvino | openvino-int8 (an OpenVINO model, float32 or static int8: needs --calibration): "
+        "faster CPU inference",
+    ),
+    calibration: List[Path] = typer.Option(
+        [],
+        "--calibration",
+        exists=True,
+        dir_okay=False,
+        help="Training .spacy files whose first --calibration-docs texts calibrate openvino-int8 (repeatable; "
+        "unused by the other choices)",
+    ),
+    calibration_docs: int = typer.Option(
+        CALIBRATION_DOCS, "--calibration-docs", help="Calibration texts per --calibration file"
+    ),
+    precision: str = typer.Option(
+        "float32",
+        "--precision",
+        help="openvino, openvino-int8: float32, or bfloat16 where the CPU runs it natively, for what is not int8",
     ),
     lexicon: Optional[Path] = typer.Option(
         None,
@@ -290,6 +355,9 @@ def assemble_cli(
             quantize=quantize,
             lexicon=lexicon,
             lexicon_weight=weight,
+            calibration=calibration,
+            calibration_docs=calibration_docs,
+            precision=precision,
         )
         texts = ["张三在北京大学工作。"]
         doc = nlp(texts[0])
