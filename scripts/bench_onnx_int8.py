@@ -59,7 +59,7 @@ import torch
 from bench_common import check_args, encoder_of, finish, load_transformer_pipeline, read_texts
 
 from spacy_crf.encoders.onnx_graph import _session, export_onnx, quantize_onnx, require_onnxruntime
-from spacy_crf.encoders.openvino_backend import OpenVINOSession, openvino_ir
+from spacy_crf.encoders.openvino_backend import OpenVINOSession, openvino_ir, record_encoder_inputs
 from spacy_crf.hardware import hardware
 
 Batch = Dict[str, numpy.ndarray]
@@ -83,22 +83,8 @@ CALIBRATION_ROWS = 16
 def record_inputs(nlp, texts: List[str], batch_size: int) -> List[Batch]:
     """The encoder's inputs for ``texts``, batch by batch, as spacy-transformers
     feeds them during ``nlp.pipe``."""
-    hf_model = encoder_of(nlp)
-    recorded: List[Batch] = []
-    forward = hf_model.forward
-
-    def recording_forward(*args, **kwargs):
-        recorded.append({n: v.detach().cpu().numpy().astype(numpy.int64) for n, v in kwargs.items() if v is not None})
-        return forward(*args, **kwargs)
-
-    hf_model.forward = recording_forward
-    try:
-        with nlp.select_pipes(enable=["transformer"]):
-            for _ in nlp.pipe(texts, batch_size=batch_size):
-                pass
-    finally:
-        del hf_model.forward  # the instance attribute: the class's forward again
-    return recorded
+    with nlp.select_pipes(enable=["transformer"]):
+        return record_encoder_inputs(nlp, texts, batch_size)[id(encoder_of(nlp))]
 
 
 def fixed_shape(batches: List[Batch], names: List[str], rows: int) -> List[Batch]:

@@ -54,3 +54,11 @@ def trained_float_pipeline(bert_dir, path):
         nlp.update(examples(nlp), sgd=optimizer)
     nlp.to_disk(path)
     return path
+
+
+def ents_in_child(nlp, queue):
+    """In a forked child: whether its encoder's session came from the parent,
+    and the entities of ``TEXTS``."""
+    (encoder,) = encoders(nlp)
+    inherited = encoder.session_started
+    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))

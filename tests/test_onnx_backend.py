@@ -15,7 +15,16 @@ import torch
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from _backends import TEXTS, encoders, examples, make_nlp, max_diff, outputs, trained_float_pipeline  # noqa: E402
+from _backends import (  # noqa: E402
+    TEXTS,
+    encoders,
+    ents_in_child,
+    examples,
+    make_nlp,
+    max_diff,
+    outputs,
+    trained_float_pipeline,
+)
 
 from spacy_crf.encoders.onnx_backend import (  # noqa: E402
     ONNX_ARCH,
@@ -91,12 +100,6 @@ def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
     assert [[tuple(e) for e in d] for d in json.loads(result.stdout.splitlines()[-1])] == ents
 
 
-def _in_child(nlp, queue):
-    (encoder,) = encoders(nlp)
-    inherited = encoder.session_started
-    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
-
-
 def test_a_forked_process_starts_its_own_session(onnx_dir):
     import multiprocessing
 
@@ -106,7 +109,7 @@ def test_a_forked_process_starts_its_own_session(onnx_dir):
     assert encoder.session_started
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_in_child, args=(nlp, queue))
+    child = context.Process(target=ents_in_child, args=(nlp, queue))
     child.start()
     inherited, child_ents = queue.get(timeout=120)
     child.join(timeout=60)

@@ -13,7 +13,16 @@ import spacy
 pytest.importorskip("openvino")
 pytest.importorskip("onnx")
 
-from _backends import TEXTS, encoders, examples, make_nlp, max_diff, outputs, trained_float_pipeline  # noqa: E402
+from _backends import (  # noqa: E402
+    TEXTS,
+    encoders,
+    ents_in_child,
+    examples,
+    make_nlp,
+    max_diff,
+    outputs,
+    trained_float_pipeline,
+)
 
 from spacy_crf.encoders.onnx_backend import OnnxTrainingError, export_pipeline  # noqa: E402
 from spacy_crf.encoders.openvino_backend import (  # noqa: E402
@@ -147,12 +156,6 @@ def test_transformer_copied_by_replace_listeners(float_dir, tmp_path):
         assert [[(e.start_char, e.end_char) for e in d.ents] for d in loaded.pipe(TEXTS)] == torch_ents
 
 
-def _in_child(nlp, queue):
-    (encoder,) = encoders(nlp)
-    inherited = encoder.session_started
-    queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
-
-
 def test_other_processes_start_their_own_model(openvino_dir):
     nlp = spacy.load(openvino_dir)
     _, _, ents = outputs(nlp)
@@ -160,7 +163,7 @@ def test_other_processes_start_their_own_model(openvino_dir):
     assert encoder.session_started
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_in_child, args=(nlp, queue))
+    child = context.Process(target=ents_in_child, args=(nlp, queue))
     child.start()
     inherited, child_ents = queue.get(timeout=120)
     child.join(timeout=60)

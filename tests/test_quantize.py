@@ -9,9 +9,7 @@ import numpy
 import pytest
 import spacy
 import torch
-from _configs import NER_DATA, PIPELINE_CFG
-from spacy.training import Example
-from thinc.api import Config
+from _backends import TEXTS, encoders, examples, make_nlp, outputs, trained_float_pipeline
 
 from spacy_crf.encoders.quantize import (
     QUANTIZED_ARCH,
@@ -20,30 +18,12 @@ from spacy_crf.encoders.quantize import (
     is_quantized,
     quantize_pipeline,
 )
-from spacy_crf.training.optimizers import grouped_adam
-
-TEXTS = ["张三去北京工作", "李四住上海", "今天天气好" * 8, "他们的大学生在广州", "", "中国人"]
-
-
-def make_nlp(name):
-    config = Config().from_str(PIPELINE_CFG.replace("{name}", str(name)))
-    return spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
-
-
-def examples(nlp):
-    return [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
 
 
 @pytest.fixture(scope="module")
 def float_dir(tiny_bert_dir, tmp_path_factory):
     """A float pipeline trained a little (so its tags are not all one), on disk."""
-    nlp = make_nlp(tiny_bert_dir)
-    optimizer = nlp.initialize(lambda: examples(nlp), sgd=grouped_adam(1e-3, crf_lr_multiplier=100.0))
-    for _ in range(15):
-        nlp.update(examples(nlp), sgd=optimizer)
-    path = tmp_path_factory.mktemp("float") / "pipeline"
-    nlp.to_disk(path)
-    return path
+    return trained_float_pipeline(tiny_bert_dir, tmp_path_factory.mktemp("float") / "pipeline")
 
 
 @pytest.fixture(scope="module")
@@ -54,34 +34,12 @@ def int8_dir(float_dir, tmp_path_factory):
     return path
 
 
-def outputs(nlp, texts=TEXTS, **pipe_kwargs):
-    """(hidden states, tag ids, entities) per text."""
-    docs = list(nlp.pipe(texts, **pipe_kwargs))
-    tagger = nlp.get_pipe("crf_tagger")
-    tags = [ids.tolist() for ids in tagger.predict(docs)]
-    ents = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in docs]
-    hidden = [numpy.array(d._.trf_data.tensors[0]) if len(d) else None for d in docs]
-    return hidden, tags, ents
-
-
 def assert_same_outputs(a, b):
     (hidden_a, tags_a, ents_a), (hidden_b, tags_b, ents_b) = a, b
     assert ents_a == ents_b
     assert tags_a == tags_b
     for x, y in zip(hidden_a, hidden_b):
         assert (x is None and y is None) or numpy.array_equal(x, y)
-
-
-def encoders(nlp):
-    from spacy_transformers.layers import TransformerModel
-
-    return [
-        node.transformer
-        for _, component in nlp.components
-        if hasattr(component, "model")
-        for node in component.model.walk()
-        if isinstance(node, TransformerModel)
-    ]
 
 
 def test_linear_layers_become_dynamic_quantized_and_predict_close_to_float(float_dir):

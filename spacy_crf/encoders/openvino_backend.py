@@ -364,6 +364,9 @@ def export_openvino(
     check_precision(precision)
     check_cpu("export_openvino")
     _openvino()
+    require("onnx", "OpenVINO", "openvino")  # the export goes through ONNX
+    if quantize == "int8":
+        require("nncf", "OpenVINO", "openvino")  # before the calibration texts run
     archs = (*EXPORTABLE_ARCHS, OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH)
     plan = plan_swap(nlp, archs, "export component {name!r} to OpenVINO", "OpenVINO")
     for models, _ in plan:
