@@ -397,7 +397,15 @@ def test_openvino_int8_calibration_errors(trained_dirs, tmp_path):
     with pytest.raises(ValueError, match="openvino-int8 needs --calibration"):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino-int8")
     with pytest.raises(ValueError, match="Unknown OpenVINO precision 'fp16'"):
-        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino", precision="fp16")
+        assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="onnx", precision="fp16")
+    with pytest.raises(ValueError, match="--calibration-docs must be at least 1, got 0"):
+        assemble(
+            trained_dirs / "cws",
+            trained_dirs / "ner",
+            quantize="openvino-int8",
+            calibration=[tmp_path],
+            calibration_docs=0,
+        )
     bad = tmp_path / "train.spacy"
     bad.write_text("not a DocBin", encoding="utf8")
     with pytest.raises(ValueError, match=r"--calibration '.*train.spacy': not a .spacy file"):

@@ -69,6 +69,11 @@ def test_float32_openvino_pipeline_predicts_as_torch(float_dir):
     assert max_diff(hidden_t, hidden_o) < 1e-4
     # float32 is asked for explicitly: OpenVINO's own default is bfloat16 where the CPU has it
     assert encoder.session().inference_precision == "f32"
+    # and the OS places its threads, as torch's and ONNX Runtime's (OpenVINO pins them by default)
+    compiled = encoder.session().compiled
+    assert "ENABLE_CPU_PINNING" not in compiled.get_property("SUPPORTED_PROPERTIES") or not compiled.get_property(
+        "ENABLE_CPU_PINNING"
+    )
     doc_t, doc_o = spacy.load(float_dir)(TEXTS[0]), nlp(TEXTS[0])
     assert len(doc_o._.trf_data.tensors) == len(doc_t._.trf_data.tensors) == 2  # pooler output kept
 

@@ -59,6 +59,7 @@ from spacy.tokens import DocBin
 from wasabi import msg
 
 from crf_project.script_cli import script_app
+from spacy_crf.encoders.openvino_backend import check_precision
 from spacy_crf.files import OutputPathError, atomic_dir, check_output_dir, check_output_paths
 from spacy_crf.pipeline.lexicon import read_lexicon
 from spacy_crf.pipeline.scorers import score_words
@@ -131,7 +132,9 @@ def assemble(
         linear layers for torch, or "bfloat16" autocast where the CPU runs it natively
         (:func:`spacy_crf.encoders.quantize.quantize_pipeline`);
         "onnx" or "onnx-int8": the encoder as an ONNX Runtime graph, float32 or
-        with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`); "none".
+        with int8 weights (:func:`spacy_crf.encoders.onnx_backend.export_pipeline`);
+        "openvino" or "openvino-int8": an OpenVINO model, float32 or static int8
+        (:func:`spacy_crf.encoders.openvino_backend.export_openvino`); "none".
     lexicon: a word list for the segmenter's decoding (``read_lexicon``),
         used with ``lexicon_weight`` > 0.
     calibration: ``.spacy`` files (training data) whose first
@@ -146,6 +149,9 @@ def assemble(
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE)}, not {quantize!r}")
     if quantize == "openvino-int8" and not calibration:
         raise ValueError("--quantize openvino-int8 needs --calibration (training .spacy files)")
+    check_precision(precision)  # checked whatever the choice: a typo should not wait for openvino
+    if calibration_docs < 1:
+        raise ValueError(f"--calibration-docs must be at least 1, got {calibration_docs}")
     cws_nlp = spacy.load(cws_model)
     ner_nlp = spacy.load(ner_model) if ner_model is not None else cws_nlp
     seg_name = _find(cws_nlp, ("bmes",), segmenter, str(cws_model))
@@ -205,7 +211,7 @@ def assemble(
             "words_and_entities": words,
             "quantized": None if quantize == "none" else quantize,
             "lexicon": lexicon_meta,
-            # spacy.load of an ONNX encoder needs onnxruntime: the extra brings it
+            # spacy.load of an ONNX or OpenVINO encoder needs its runtime: the extra brings it
             "requirements": [REQUIREMENT.format(extras=_extras(quantize))],
             "performance": {},
         }
@@ -220,8 +226,6 @@ def _extras(quantize: str) -> str:
 
 def calibration_texts(paths: Sequence[Path], limit: int) -> List[str]:
     """The texts of the first ``limit`` docs of each ``.spacy`` file, in order."""
-    if limit < 1:
-        raise ValueError(f"--calibration-docs must be at least 1, got {limit}")
     vocab = spacy.blank("zh").vocab
     texts: List[str] = []
     for path in paths:

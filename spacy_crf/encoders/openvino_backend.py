@@ -98,10 +98,12 @@ class OpenVINOSession:
             "INFERENCE_NUM_THREADS": torch.get_num_threads(),
             "NUM_STREAMS": 1,  # one request at a time, as nlp.pipe sends them
             "PERFORMANCE_HINT": "LATENCY",
-            # OpenVINO pins its threads to cores by default; like torch and ONNX
-            # Runtime, leave placement to the OS, which sees the other processes
-            "ENABLE_CPU_PINNING": False,
         }
+        if "ENABLE_CPU_PINNING" in core.get_property("CPU", "SUPPORTED_PROPERTIES"):
+            # OpenVINO pins its threads to cores by default (where the OS lets
+            # it); like torch and ONNX Runtime, leave that to the OS, which
+            # sees the other processes
+            config["ENABLE_CPU_PINNING"] = False
         self.compiled = core.compile_model(core.read_model(xml, weights), "CPU", config)
         self.request = self.compiled.create_infer_request()
         self.inference_precision = hint
