@@ -56,9 +56,29 @@ def trained_float_pipeline(bert_dir, path):
     return path
 
 
-def ents_in_child(nlp, queue):
+def _ents_in_child(nlp, queue):
     """In a forked child: whether its encoder's session came from the parent,
     and the entities of ``TEXTS``."""
     (encoder,) = encoders(nlp)
     inherited = encoder.session_started
     queue.put((inherited, [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS)]))
+
+
+def forked_child_ents(nlp, ents):
+    """Start ``nlp``'s (one) encoder session, fork a child that predicts
+    ``TEXTS``; check that the child started its own session and found
+    ``ents``, and that the parent's session was let go before the fork."""
+    import multiprocessing
+
+    (encoder,) = encoders(nlp)
+    nlp(TEXTS[0])
+    assert encoder.session_started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_ents_in_child, args=(nlp, queue))
+    child.start()
+    inherited, child_ents = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not inherited and child_ents == ents
+    assert not encoder.session_started  # dropped before the fork; the next call starts a new one

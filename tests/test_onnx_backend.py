@@ -18,8 +18,8 @@ pytest.importorskip("onnx")
 from _backends import (  # noqa: E402
     TEXTS,
     encoders,
-    ents_in_child,
     examples,
+    forked_child_ents,
     make_nlp,
     max_diff,
     outputs,
@@ -101,20 +101,9 @@ def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
 
 
 def test_a_forked_process_starts_its_own_session(onnx_dir):
-    import multiprocessing
-
     nlp = spacy.load(onnx_dir)
     _, _, ents = outputs(nlp)
-    (encoder,) = encoders(nlp)
-    assert encoder.session_started
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=ents_in_child, args=(nlp, queue))
-    child.start()
-    inherited, child_ents = queue.get(timeout=120)
-    child.join(timeout=60)
-    assert child.exitcode == 0
-    assert not inherited and child_ents == ents
+    forked_child_ents(nlp, ents)
     assert outputs(nlp)[2] == ents  # and the parent starts a new one
 
 

@@ -3,7 +3,6 @@ float32 predicts as torch does, through to_disk / spacy.load and in other
 processes; static int8 is calibrated on texts, runs int8 and predicts close;
 bfloat16 only where the CPU has it; misuse is a clear error."""
 
-import multiprocessing
 import shutil
 
 import numpy
@@ -16,8 +15,8 @@ pytest.importorskip("onnx")
 from _backends import (  # noqa: E402
     TEXTS,
     encoders,
-    ents_in_child,
     examples,
+    forked_child_ents,
     make_nlp,
     max_diff,
     outputs,
@@ -164,15 +163,7 @@ def test_transformer_copied_by_replace_listeners(float_dir, tmp_path):
 def test_other_processes_start_their_own_model(openvino_dir):
     nlp = spacy.load(openvino_dir)
     _, _, ents = outputs(nlp)
-    (encoder,) = encoders(nlp)
-    assert encoder.session_started
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=ents_in_child, args=(nlp, queue))
-    child.start()
-    inherited, child_ents = queue.get(timeout=120)
-    child.join(timeout=60)
-    assert child.exitcode == 0 and not inherited and child_ents == ents
+    forked_child_ents(nlp, ents)
     multi = [[(e.start_char, e.end_char, e.label_) for e in d.ents] for d in nlp.pipe(TEXTS, n_process=2, batch_size=2)]
     assert multi == ents
 
@@ -206,3 +197,9 @@ def test_misuse_is_a_clear_error(float_dir, openvino_dir, tmp_path):
     )
     with pytest.raises(ValueError, match="saved with another encoder"):
         spacy.load(tmp_path / "p")
+    # a damaged model is an error at load, not at the first prediction
+    (encoder,) = encoders(spacy.load(openvino_dir))
+    state = encoder.state_dict()
+    state["openvino_weights"] = state["openvino_weights"][:1000]
+    with pytest.raises(ValueError, match="saved OpenVINO encoder is damaged"):
+        OpenVINOEncoder(encoder.config).load_state_dict(state)

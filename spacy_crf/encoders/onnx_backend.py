@@ -149,9 +149,10 @@ class OnnxHFShim(HFShim):
         return super().from_bytes(bytes_data)
 
 
-def _set_onnx_transformer(model: TransformerModel, hf_model) -> None:
-    """``set_transformer`` of an ONNX ``TransformerModel``: what ``initialize``
-    calls after loading the float model from ``name``."""
+def set_exported_transformer(model: TransformerModel, hf_model) -> None:
+    """``set_transformer`` of an ONNX (or OpenVINO) ``TransformerModel``: what
+    ``initialize`` calls after loading the float model from ``name``; the
+    shim exports it as it does any float model."""
     set_pytorch_transformer(model, hf_model)
     shim = model.layers[0].shims[0]
     assert isinstance(shim, OnnxHFShim)
@@ -180,7 +181,7 @@ def _install_onnx_shim(model: TransformerModel, quantize: str) -> None:
     _check_exportable(model, quantize)
     if isinstance(model.layers[0].shims[0], OnnxHFShim):
         return
-    swap_hf_shim(model, OnnxHFShim, {"quantize": quantize}, _set_onnx_transformer, ONNX_TOK2VEC_ARCH)
+    swap_hf_shim(model, OnnxHFShim, {"quantize": quantize}, set_exported_transformer, ONNX_TOK2VEC_ARCH)
 
 
 @registry.architectures(ONNX_ARCH)

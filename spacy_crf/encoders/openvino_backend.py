@@ -36,11 +36,10 @@ import torch
 from spacy.language import Language
 from spacy.util import registry
 from spacy_transformers.layers import TransformerModel
-from spacy_transformers.layers.transformer_model import set_pytorch_transformer
 from thinc.api import Model
 
 from .._compat import hf_shim_state, pipeline_nodes
-from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim
+from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim, set_exported_transformer
 from .onnx_graph import OnnxEncoder, check_cpu, check_quantize, export_onnx, require
 from .quantize import QuantizedHFShim
 from .swap import build_tok2vec_transformer, build_transformer_model, plan_swap, rewrite_blocks, swap_hf_shim
@@ -155,7 +154,15 @@ class OpenVINOEncoder(OnnxEncoder):
                 f"{sorted(state_dict)[:5]}: was this pipeline saved with another encoder but configured with "
                 "an OpenVINO architecture?"
             )
-        self.ir = (state_dict["openvino_xml"].numpy().tobytes(), state_dict["openvino_weights"].numpy().tobytes())
+        ir = (state_dict["openvino_xml"].numpy().tobytes(), state_dict["openvino_weights"].numpy().tobytes())
+        try:  # parsing is cheap (milliseconds) and checks the XML and the weights' ranges; compiling waits for use
+            _openvino().Core().read_model(*ir)
+        except RuntimeError as e:
+            raise ValueError(
+                f"The saved OpenVINO encoder is damaged ({len(ir[0]):,} bytes of XML, {len(ir[1]):,} of weights): "
+                f"{str(e).strip().splitlines()[-1][:200]}"
+            ) from None
+        self.ir = ir
         self._session = None
 
 
@@ -217,15 +224,6 @@ class OpenVINOHFShim(OnnxHFShim):
         return OpenVINOEncoder(transformer.config, ir, self.quantize, self.precision)
 
 
-def _set_openvino_transformer(model: TransformerModel, hf_model) -> None:
-    """``set_transformer`` of an OpenVINO ``TransformerModel``: what
-    ``initialize`` calls after loading the float model from ``name``."""
-    set_pytorch_transformer(model, hf_model)
-    shim = model.layers[0].shims[0]
-    assert isinstance(shim, OpenVINOHFShim)
-    shim.set_encoder(hf_model.transformer)
-
-
 def _check_exportable(model: TransformerModel, quantize: str, precision: str) -> None:
     shim = model.layers[0].shims[0]
     if isinstance(shim, OpenVINOHFShim):
@@ -247,7 +245,7 @@ def _install(model: TransformerModel, quantize: str, precision: str, calibration
     if isinstance(model.layers[0].shims[0], OpenVINOHFShim):
         return
     settings = {"quantize": quantize, "precision": precision, "calibration": calibration}
-    swap_hf_shim(model, OpenVINOHFShim, settings, _set_openvino_transformer, OPENVINO_TOK2VEC_ARCH)
+    swap_hf_shim(model, OpenVINOHFShim, settings, set_exported_transformer, OPENVINO_TOK2VEC_ARCH)
 
 
 @registry.architectures(OPENVINO_ARCH)
