@@ -3,7 +3,8 @@ spacy-transformers and torch.
 
 Autocast, sparse embedding gradients, freezing and quantization all change
 the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
-thinc's Adam state; the merge copies a ``Doc``'s private fields. Those
+thinc's Adam state; the merge copies a ``Doc``'s private fields; srsly's
+msgpack hooks are looked up without re-reading the entry points. Those
 reaches are listed in :data:`PRIVATE_API`, and
 :func:`check_private_api` checks every entry against the installed
 libraries (run by the test suite), so that an upgrade that renames one fails
@@ -13,7 +14,7 @@ names (a test scans the package for stray ones).
 """
 
 import importlib
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from spacy.language import Language
 from thinc.api import Model
@@ -90,6 +91,14 @@ PRIVATE_API: Tuple[PrivateAPI, ...] = (
         "a layer's forward function: two listener chains with the same ones pool alike",
         ("ml.shared_listener",),
     ),
+    PrivateAPI(
+        "catalogue",
+        "REGISTRY",
+        "the functions registered in code, where srsly's msgpack hooks are read from",
+        ("_compat.speed_up_msgpack_hooks",),
+    ),
+    PrivateAPI("srsly.msgpack", "msgpack_encoders", "srsly's encoder hooks", ("_compat.speed_up_msgpack_hooks",)),
+    PrivateAPI("srsly.msgpack", "msgpack_decoders", "srsly's decoder hooks", ("_compat.speed_up_msgpack_hooks",)),
     PrivateAPI(
         "torch.ops.mkldnn",
         "_is_mkldnn_bf16_supported",
@@ -236,6 +245,63 @@ def copy_doc_private_fields(source, target) -> None:
     target._context = source._context
     target._vector = source._vector
     target._vector_norm = source._vector_norm
+
+
+# --- srsly's msgpack hooks -------------------------------------------------------
+
+
+def speed_up_msgpack_hooks() -> None:
+    """Make srsly's ``msgpack_dumps`` and ``msgpack_loads`` find their hooks
+    in microseconds instead of a third of a millisecond.
+
+    srsly asks its two catalogue registries for every hook at every call, and
+    catalogue's ``get_all`` reads the installed packages' entry points and
+    walks its global registry each time. ``Doc.to_bytes`` and
+    ``Doc.from_bytes`` make about three such calls per doc (the doc, its span
+    groups, its user data), and ``nlp.pipe(n_process > 1)`` sends every doc
+    from a worker to the parent that way: the lookups alone cost as much as
+    the pipeline, which ran at half the speed of one process on 2 cores. The
+    replacement gives the same hooks in the same order: the entry points are
+    read once per process (a package installed while it runs is not seen);
+    hooks registered in code are looked up at every call, as before. Doing
+    it again changes nothing."""
+    from srsly import msgpack
+
+    for registry in (msgpack.msgpack_encoders, msgpack.msgpack_decoders):
+        if not isinstance(registry.get_all, _HookLookup):
+            registry.get_all = _HookLookup(registry)
+
+
+def restore_msgpack_hooks() -> None:
+    """catalogue's own lookup again (for a benchmark of the difference)."""
+    from srsly import msgpack
+
+    for registry in (msgpack.msgpack_encoders, msgpack.msgpack_decoders):
+        if isinstance(registry.get_all, _HookLookup):
+            del registry.get_all
+
+
+class _HookLookup:
+    """``registry.get_all`` of a catalogue registry, its entry points read once."""
+
+    def __init__(self, registry) -> None:
+        self.namespace = tuple(registry.namespace)
+        self.entry_points = dict(registry.get_entry_points()) if registry.entry_points else {}
+
+    def __call__(self) -> Dict[str, Any]:
+        import catalogue
+
+        n = len(self.namespace)
+        hooks = dict(self.entry_points)
+        # (a snapshot of the items, as catalogue takes: another thread may register)
+        hooks.update(
+            {
+                key[n]: func
+                for key, func in tuple(catalogue.REGISTRY.items())
+                if len(key) == n + 1 and key[:n] == self.namespace
+            }
+        )
+        return hooks
 
 
 # --- changing a shim's behaviour in place ---------------------------------------

@@ -410,3 +410,30 @@ def test_openvino_int8_calibration_errors(trained_dirs, tmp_path):
     bad.write_text("not a DocBin", encoding="utf8")
     with pytest.raises(ValueError, match=r"--calibration '.*train.spacy': not a .spacy file"):
         assemble(trained_dirs / "cws", trained_dirs / "ner", quantize="openvino-int8", calibration=[bad])
+
+
+def test_the_n_process_benchmark_compares_one_and_two_processes_on_equal_outputs(
+    trained_dirs, tmp_path, capsys, monkeypatch
+):
+    import json
+    from pathlib import Path
+
+    from conftest import load_script
+    from spacy.tokens import DocBin
+
+    from spacy_crf import _compat
+
+    assemble(trained_dirs / "cws", trained_dirs / "ner").to_disk(tmp_path / "pipeline")
+    texts = DocBin(docs=[spacy.blank("zh").make_doc(t) for t in ["张三去上海", "我在北京工作。", ""]])
+    texts.to_disk(tmp_path / "dev.spacy")
+    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_n_process.py")
+    out = tmp_path / "n.json"
+    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--repeats", "1", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["bench_n_process.py", *argv])
+    script.main()
+    assert "3 texts, 12 characters" in capsys.readouterr().out
+    record = json.loads(out.read_text(encoding="utf8"))
+    assert list(record["variants"]) == list(script.VARIANTS) and record["outputs_equal"] is True
+    assert all(len(v["chars_per_s"]) == 1 and v["median_chars_per_s"] > 0 for v in record["variants"].values())
+    assert set(record["bytes_ms_per_doc"]) == {"catalogue lookup", "fast lookup"}
+    assert isinstance(__import__("srsly").msgpack.msgpack_decoders.get_all, _compat._HookLookup)  # left as loaded

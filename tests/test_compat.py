@@ -93,3 +93,63 @@ def test_mix_in_swaps_the_class_once_and_keeps_behaviour():
     assert type(a) is type(b) and type(a).__mro__[1:3] == (Loud, PyTorchShim)
     assert type(a).__name__ == "LoudPyTorchShim"
     assert _compat._MIXED_CLASSES[(Loud, PyTorchShim)] is type(a)
+
+
+def test_srsly_msgpack_hooks_are_the_same_and_the_entry_points_read_once(monkeypatch):
+    import catalogue
+    import srsly
+    from spacy.tokens import Doc, Span
+    from spacy.vocab import Vocab
+    from srsly import msgpack
+
+    registries = (msgpack.msgpack_encoders, msgpack.msgpack_decoders)
+    stock = [catalogue.Registry.get_all(registry) for registry in registries]
+    _compat.speed_up_msgpack_hooks()
+    lookups = [registry.get_all for registry in registries]
+    _compat.speed_up_msgpack_hooks()  # again: changes nothing
+    assert [registry.get_all for registry in registries] == lookups
+    for registry, hooks in zip(registries, stock):
+        assert list(registry.get_all().items()) == list(hooks.items())  # same hooks, same order
+    # entry points are not read again, however many docs cross
+    reads = []
+    for registry in registries:
+        monkeypatch.setattr(registry, "get_entry_points", lambda: reads.append(1) or {})
+    doc = Doc(Vocab(), words=["北京", "大学", "很", "大"], spaces=[False] * 4)
+    doc.ents = [Span(doc, 0, 2, label="ORG")]
+    doc.spans["words"] = [Span(doc, i, i + 1) for i in range(4)]
+    for _ in range(3):
+        back = Doc(Vocab()).from_bytes(doc.to_bytes())
+    assert reads == []
+    assert back.text == doc.text and [(e.text, e.label_) for e in back.ents] == [("北京大学", "ORG")]
+    assert [s.text for s in back.spans["words"]] == ["北京", "大学", "很", "大"]
+
+    # a hook registered in code afterwards is used, as with catalogue's own lookup
+    class Point:
+        def __init__(self, x):
+            self.x = x
+
+    def encode(obj, chain=None):
+        return {"__point__": obj.x} if isinstance(obj, Point) else (obj if chain is None else chain(obj))
+
+    def decode(obj, chain=None):
+        return Point(obj["__point__"]) if "__point__" in obj else (obj if chain is None else chain(obj))
+
+    srsly.msgpack_encoders.register("spacy_crf_test_point", func=encode)
+    srsly.msgpack_decoders.register("spacy_crf_test_point", func=decode)
+    try:
+        assert srsly.msgpack_loads(srsly.msgpack_dumps({"p": Point(3)}))["p"].x == 3
+    finally:
+        for registry in registries:
+            del catalogue.REGISTRY[(*registry.namespace, "spacy_crf_test_point")]
+    assert list(msgpack.msgpack_encoders.get_all()) == list(stock[0])
+
+
+def test_a_crf_pipe_speeds_up_the_msgpack_hooks():
+    import spacy
+    from srsly import msgpack
+
+    _compat.restore_msgpack_hooks()
+    assert not isinstance(msgpack.msgpack_decoders.get_all, _compat._HookLookup)
+    spacy.blank("zh").add_pipe("crf_merge_words")
+    assert isinstance(msgpack.msgpack_encoders.get_all, _compat._HookLookup)
+    assert isinstance(msgpack.msgpack_decoders.get_all, _compat._HookLookup)

@@ -51,6 +51,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 
+from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..ml import tagger_model as crf_model
 from ..ml.lexicon_features import initialize_lexicon, model_lexicon
@@ -121,6 +122,7 @@ class CRFTagger(TrainableHead):
         self.user_dict = _user_dict.UserDict()
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
         crf_model.install_fork_hook()
+        speed_up_msgpack_hooks()  # docs cross processes as bytes under nlp.pipe(n_process > 1)
 
     # --- labels and tags ------------------------------------------------------
 
