@@ -394,3 +394,19 @@ def test_an_output_folder_inside_the_input_is_not_read(pipeline_dir, tmp_path):
         summary = annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "in" / "out"), progress=False)
         assert summary["shards"] == 1
     assert not (tmp_path / "in" / "out" / "out").exists()
+
+
+def test_a_loaded_pipeline_drops_the_encoder_output_and_a_handed_one_is_left_alone(pipeline_dir):
+    from spacy_transformers.pipeline_component import install_extensions
+
+    install_extensions()  # doc._.trf_data, as a transformer component registers it
+    nlp = engines_module.load_pipeline(str(pipeline_dir))
+    assert nlp.pipe_names[-1] == "doc_cleaner"
+    doc = nlp.make_doc(TEXTS[0])
+    doc._.trf_data = "the encoder's output"
+    for _, proc in nlp.pipeline:
+        doc = proc(doc)
+    assert doc._.trf_data is None and doc.text == TEXTS[0] and len(doc.spans["words"])
+    handed = spacy.load(pipeline_dir)
+    names = list(handed.pipe_names)
+    assert engines_module.load_pipeline(handed) is handed and handed.pipe_names == names
