@@ -75,6 +75,30 @@ def test_to_disk_and_load_give_the_onnx_pipeline_back(float_dir, onnx_dir, tmp_p
     assert outputs(spacy.load(tmp_path / "again"))[1:] == before[1:]
 
 
+def test_a_graph_damaged_on_disk_is_an_error_at_load(onnx_dir, tmp_path):
+    import shutil
+
+    from spacy_crf.encoders.onnx_graph import DIGEST
+
+    (encoder,) = encoders(spacy.load(onnx_dir))
+    state = encoder.state_dict()
+    assert len(state[DIGEST]) == 32
+    # one byte of the weights changed inside the saved file: the graph still
+    # parses and runs (with other numbers), the digest does not match
+    shutil.copytree(onnx_dir, tmp_path / "p")
+    model = tmp_path / "p" / "transformer" / "model"
+    data = bytearray(model.read_bytes())
+    at = data.find(encoder.onnx_bytes[-4096:-4000])
+    assert at > 0
+    data[at] ^= 0xFF
+    model.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="saved ONNX encoder is damaged: its [0-9,]+ bytes do not match the SHA-256"):
+        spacy.load(tmp_path / "p")
+    # a graph saved before digests (no entry) loads as it did
+    del state[DIGEST]
+    OnnxEncoder(encoder.config).load_state_dict(state)
+
+
 def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
     nlp = spacy.load(onnx_dir)
     _, _, ents = outputs(nlp)

@@ -4,8 +4,10 @@
 sequence axes dynamic), ``quantize_onnx`` applies ONNX Runtime's dynamic int8
 quantization, and ``OnnxEncoder`` stands in for the torch model: the same
 call and outputs, computed by an ``onnxruntime.InferenceSession``, with the
-graph as its state dict. ``spacy_crf.encoders.onnx_backend`` puts it into a
-pipeline.
+graph as its state dict, with the SHA-256 of the graph beside it: a graph
+damaged on disk (a byte changed in its weights) still parses and runs,
+giving other numbers, so loading compares the digest.
+``spacy_crf.encoders.onnx_backend`` puts it into a pipeline.
 
 ``export_onnx`` uses torch's TorchScript-based exporter (``dynamo=False``):
 the newer ``torch.export``-based one needs ``onnxscript`` as well. torch
@@ -18,6 +20,7 @@ for this package's encoders on CPU (see docs/results.md), so the saved
 graph is the plain export.
 """
 
+import hashlib
 import importlib
 import inspect
 import io
@@ -38,6 +41,27 @@ QUANTIZE = ("none", "int8")
 OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _OUTPUTS = ("last_hidden_state", "pooler_output")
+#: the state dict entry with the SHA-256 of the encoder's saved bytes
+DIGEST = "sha256"
+
+
+def digest_state(*parts: bytes) -> torch.Tensor:
+    """The :data:`DIGEST` entry of a state dict whose payload is ``parts``."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return torch.from_numpy(numpy.frombuffer(digest.digest(), dtype=numpy.uint8).copy())
+
+
+def check_digest(state_dict, parts: Tuple[bytes, ...], what: str) -> None:
+    """Raise if the payload ``parts`` of ``state_dict`` does not match the
+    digest saved with it (a state saved before digests has none: not checked)."""
+    saved = state_dict.get(DIGEST)
+    if saved is not None and not torch.equal(saved, digest_state(*parts)):
+        raise ValueError(
+            f"The saved {what} encoder is damaged: its {sum(map(len, parts)):,} bytes do not match the "
+            "SHA-256 saved with them. Copy or reinstall the pipeline again."
+        )
 
 
 def check_quantize(quantize: str) -> str:
@@ -258,15 +282,17 @@ class OnnxEncoder(torch.nn.Module):
 
     def state_dict(self, *args, **kwargs) -> Dict[str, torch.Tensor]:  # type: ignore[override]
         data = numpy.frombuffer(self.onnx_bytes or b"", dtype=numpy.uint8)
-        return {"onnx": torch.from_numpy(data.copy())}
+        return {"onnx": torch.from_numpy(data.copy()), DIGEST: digest_state(self.onnx_bytes or b"")}
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        if set(state_dict) != {"onnx"}:
+        if set(state_dict) - {DIGEST} != {"onnx"}:
             raise ValueError(
                 f"Expected a saved ONNX encoder (state 'onnx'), found {sorted(state_dict)[:5]}: was this "
                 "pipeline saved with a torch encoder but configured with an ONNX architecture?"
             )
-        self.onnx_bytes = state_dict["onnx"].numpy().tobytes()
+        onnx_bytes = state_dict["onnx"].numpy().tobytes()
+        check_digest(state_dict, (onnx_bytes,), "ONNX")
+        self.onnx_bytes = onnx_bytes
         self._session = None
 
     def __getstate__(self):

@@ -40,7 +40,7 @@ from thinc.api import Model
 
 from .._compat import hf_shim_state, pipeline_nodes
 from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim, set_exported_transformer
-from .onnx_graph import OnnxEncoder, check_cpu, check_quantize, export_onnx, require
+from .onnx_graph import DIGEST, OnnxEncoder, check_cpu, check_digest, check_quantize, digest_state, export_onnx, require
 from .quantize import QuantizedHFShim
 from .swap import build_tok2vec_transformer, build_transformer_model, plan_swap, rewrite_blocks, swap_hf_shim
 
@@ -145,16 +145,18 @@ class OpenVINOEncoder(OnnxEncoder):
         return {
             "openvino_xml": torch.from_numpy(numpy.frombuffer(xml, dtype=numpy.uint8).copy()),
             "openvino_weights": torch.from_numpy(numpy.frombuffer(weights, dtype=numpy.uint8).copy()),
+            DIGEST: digest_state(xml, weights),
         }
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        if set(state_dict) != {"openvino_xml", "openvino_weights"}:
+        if set(state_dict) - {DIGEST} != {"openvino_xml", "openvino_weights"}:
             raise ValueError(
                 f"Expected a saved OpenVINO encoder (states 'openvino_xml', 'openvino_weights'), found "
                 f"{sorted(state_dict)[:5]}: was this pipeline saved with another encoder but configured with "
                 "an OpenVINO architecture?"
             )
         ir = (state_dict["openvino_xml"].numpy().tobytes(), state_dict["openvino_weights"].numpy().tobytes())
+        check_digest(state_dict, ir, "OpenVINO")
         try:  # parsing is cheap (milliseconds) and checks the XML and the weights' ranges; compiling waits for use
             _openvino().Core().read_model(*ir)
         except RuntimeError as e:
