@@ -639,6 +639,37 @@ def test_truncated_weights_name_the_file(ner_nlp, tmp_path):
         other.from_bytes(data[: len(data) // 2])
 
 
+def test_weights_damaged_after_saving_fail_at_load_time(ner_nlp, tmp_path):
+    pipe = ner_nlp.get_pipe("crf_tagger")
+    transitions = pipe.model.get_ref("crf").get_param("crf_transitions")
+    ner_nlp.to_disk(tmp_path / "model")
+    weights = tmp_path / "model" / "crf_tagger" / "model"
+    assert (weights.parent / "model.sha256").read_text(encoding="utf8").strip()
+    # one byte of one transition score changed: still a finite number, the file still parses
+    data = bytearray(weights.read_bytes())
+    at = data.find(transitions.tobytes())
+    assert at > 0
+    data[at + 1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(
+        ValueError, match=r"cannot load the weights file '.*crf_tagger.model': its bytes do not match the SHA-256"
+    ):
+        spacy.load(tmp_path / "model")
+    # the same through bytes
+    import srsly
+
+    msg = srsly.msgpack_loads(pipe.to_bytes())
+    msg["model"] = bytes(data)
+    other = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config()})
+    with pytest.raises(ValueError, match=r"cannot load the weights in the bytes: its bytes do not match"):
+        other.from_bytes(srsly.msgpack_dumps(msg))
+    # a save from before digests (no file) loads as it did
+    (weights.parent / "model.sha256").unlink()
+    ner_nlp.get_pipe("crf_tagger").to_disk(weights.parent)
+    (weights.parent / "model.sha256").unlink()
+    assert spacy.load(tmp_path / "model").get_pipe("crf_tagger").labels == pipe.labels
+
+
 def test_nonfinite_weights_fail_at_load_time(ner_nlp, tmp_path):
     pipe = ner_nlp.get_pipe("crf_tagger")
     crf = pipe.model.get_ref("crf")
@@ -737,6 +768,7 @@ def test_a_save_without_the_tag_order_loads_with_a_warning(ner_nlp, tmp_path):
     saved = model.attrs.pop(OUTPUTS_ATTR)
     try:
         (tmp_path / "model" / "crf_tagger" / "model").write_bytes(model.to_bytes())  # as an older version wrote it
+        (tmp_path / "model" / "crf_tagger" / "model.sha256").unlink()  # (with no digest)
     finally:
         model.attrs[OUTPUTS_ATTR] = saved
     with pytest.warns(UserWarning, match=r"\[crf_tagger\] directory .*saved without the order of their outputs"):

@@ -10,8 +10,12 @@ layer scores, in order: the CRF tagger's tags, the span head's labels. They
 are stored inside the weights file (the model's ``spacy_crf_outputs``
 attribute) and compared with the ``cfg``'s at load, so a cfg whose labels
 are permuted (or renamed) is refused instead of predicting the wrong labels.
+Beside the weights goes their SHA-256 (``model.sha256``): a byte changed in
+a weight or in the lexicon features' dictionary still parses and loads, and
+only the digest tells (a save from before digests has none: not checked).
 """
 
+import hashlib
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -132,6 +136,22 @@ def model_bytes(pipe) -> bytes:
     return pipe.model.to_bytes()
 
 
+#: the file (or bytes key) beside ``model`` with its SHA-256, in hex
+DIGEST_KEY = "model.sha256"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_digest(pipe, data: bytes, digest: Optional[str], what: str) -> None:
+    if digest is not None and digest.strip() != _digest(data):
+        raise ValueError(
+            f"[{pipe.name}] cannot load {what}: its bytes do not match the SHA-256 saved beside them "
+            f"({DIGEST_KEY!r}): the file was damaged after it was saved. Copy or reinstall the pipeline again."
+        )
+
+
 def _lexicon_to_disk(pipe, p: Path) -> None:
     if pipe.lexicon is None:
         # a stale file from an earlier save into the same directory would contradict the cfg
@@ -144,10 +164,16 @@ def _lexicon_to_disk(pipe, p: Path) -> None:
 def save_to_disk(pipe, path: Path, exclude: Iterable[str], extra: Optional[Dict[str, Callable]] = None) -> None:
     """Save ``cfg``, ``vocab`` and ``model`` (the weights, with their outputs),
     the lexicon's words (a pipe with a ``lexicon``) and the ``extra`` writers."""
+
+    def write_model(p):
+        data = model_bytes(pipe)
+        p.write_bytes(data)
+        p.with_name(DIGEST_KEY).write_text(_digest(data) + "\n", encoding="utf8")
+
     serialize = {
         "cfg": lambda p: srsly.write_json(p, pipe.cfg),
         "vocab": lambda p: pipe.vocab.to_disk(p, exclude=exclude),
-        "model": lambda p: p.write_bytes(model_bytes(pipe)),
+        "model": write_model,
     }
     if hasattr(pipe, "lexicon"):
         serialize["lexicon"] = lambda p: _lexicon_to_disk(pipe, p)
@@ -157,10 +183,12 @@ def save_to_disk(pipe, path: Path, exclude: Iterable[str], extra: Optional[Dict[
 
 def save_to_bytes(pipe, exclude: Iterable[str], extra: Optional[Dict[str, Callable]] = None) -> bytes:
     """:func:`save_to_disk` as bytes (no ``lexicon`` key without a lexicon)."""
+    weights = b"" if "model" in exclude else model_bytes(pipe)
     serialize = {
         "cfg": lambda: srsly.json_dumps(pipe.cfg),
         "vocab": lambda: pipe.vocab.to_bytes(exclude=exclude),
-        "model": lambda: model_bytes(pipe),
+        "model": lambda: weights,
+        DIGEST_KEY: lambda: _digest(weights),
     }
     if getattr(pipe, "lexicon", None) is not None:
         serialize["lexicon"] = lambda: srsly.msgpack_dumps(sorted(pipe.lexicon.words))
@@ -191,7 +219,10 @@ def load_from_disk(pipe, path: Path, exclude: Iterable[str]):
     def load_model(p: Path) -> None:
         if not p.exists():
             raise ValueError(f"[{pipe.name}] cannot load {where}: its 'model' file (the weights) is missing.")
-        _load_model(pipe, p.read_bytes(), f"the weights file {str(p)!r}")
+        data, digest = p.read_bytes(), p.with_name(DIGEST_KEY)
+        what = f"the weights file {str(p)!r}"
+        _load_model(pipe, data, what)  # (first: a truncated file is named as truncated)
+        _check_digest(pipe, data, digest.read_text(encoding="utf8") if digest.exists() else None, what)
 
     def load_lexicon(p: Path) -> None:
         words = None
@@ -236,6 +267,7 @@ def load_from_bytes(pipe, bytes_data: bytes, exclude: Iterable[str]):
         pipe.vocab.from_bytes(msg["vocab"], exclude=exclude)
     if "model" not in exclude:
         _load_model(pipe, msg["model"], "the weights in the bytes")
+        _check_digest(pipe, msg["model"], msg.get(DIGEST_KEY), "the weights in the bytes")
     if "lexicon" not in exclude and hasattr(pipe, "lexicon"):
         try:
             words = srsly.msgpack_loads(msg["lexicon"]) if "lexicon" in msg else None
