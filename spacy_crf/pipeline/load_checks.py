@@ -183,13 +183,14 @@ def save_to_disk(pipe, path: Path, exclude: Iterable[str], extra: Optional[Dict[
 
 def save_to_bytes(pipe, exclude: Iterable[str], extra: Optional[Dict[str, Callable]] = None) -> bytes:
     """:func:`save_to_disk` as bytes (no ``lexicon`` key without a lexicon)."""
-    weights = b"" if "model" in exclude else model_bytes(pipe)
     serialize = {
         "cfg": lambda: srsly.json_dumps(pipe.cfg),
         "vocab": lambda: pipe.vocab.to_bytes(exclude=exclude),
-        "model": lambda: weights,
-        DIGEST_KEY: lambda: _digest(weights),
     }
+    if "model" not in exclude:
+        weights = model_bytes(pipe)
+        serialize["model"] = lambda: weights
+        serialize[DIGEST_KEY] = lambda: _digest(weights)
     if getattr(pipe, "lexicon", None) is not None:
         serialize["lexicon"] = lambda: srsly.msgpack_dumps(sorted(pipe.lexicon.words))
     serialize.update(extra or {})
