@@ -257,7 +257,7 @@ def speed_up_msgpack_hooks() -> None:
     srsly asks its two catalogue registries for every hook at every call, and
     catalogue's ``get_all`` reads the installed packages' entry points and
     walks its global registry each time. ``Doc.to_bytes`` and
-    ``Doc.from_bytes`` make about three such calls per doc (the doc, its span
+    ``Doc.from_bytes`` make about five such calls per doc (the doc, its span
     groups, its user data), and ``nlp.pipe(n_process > 1)`` sends every doc
     from a worker to the parent that way: the lookups alone cost as much as
     the pipeline, which ran at half the speed of one process on 2 cores. The
@@ -282,26 +282,41 @@ def restore_msgpack_hooks() -> None:
 
 
 class _HookLookup:
-    """``registry.get_all`` of a catalogue registry, its entry points read once."""
+    """``registry.get_all`` of a catalogue registry, its entry points read once.
+
+    Which of catalogue's keys are the registry's is worked out again only
+    when its key set may have changed: registering a new name appends a key,
+    so the number of keys or the last one changes (a name registered again
+    keeps its key; its function is read at every call)."""
 
     def __init__(self, registry) -> None:
         self.namespace = tuple(registry.namespace)
         self.entry_points = dict(registry.get_entry_points()) if registry.entry_points else {}
+        self._seen: Tuple[int, object] = (-1, None)
+        self._keys: Tuple[Tuple[str, ...], ...] = ()
 
     def __call__(self) -> Dict[str, Any]:
         import catalogue
 
+        registered = catalogue.REGISTRY
         n = len(self.namespace)
+        # (a snapshot of the keys, as catalogue takes: another thread may register)
+        state = (len(registered), next(reversed(registered), None))
+        if state != self._seen:
+            keys = tuple(registered)
+            self._keys = tuple(key for key in keys if len(key) == n + 1 and key[:n] == self.namespace)
+            self._seen = state
         hooks = dict(self.entry_points)
-        # (a snapshot of the items, as catalogue takes: another thread may register)
-        hooks.update(
-            {
-                key[n]: func
-                for key, func in tuple(catalogue.REGISTRY.items())
-                if len(key) == n + 1 and key[:n] == self.namespace
-            }
-        )
+        for key in self._keys:
+            func = registered.get(key, _GONE)
+            if func is _GONE:  # removed (catalogue._remove) and another name added since: look again
+                self._seen = (-1, None)
+                return self()
+            hooks[key[n]] = func
         return hooks
+
+
+_GONE = object()
 
 
 # --- changing a shim's behaviour in place ---------------------------------------

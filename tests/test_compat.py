@@ -138,10 +138,22 @@ def test_srsly_msgpack_hooks_are_the_same_and_the_entry_points_read_once(monkeyp
     srsly.msgpack_decoders.register("spacy_crf_test_point", func=decode)
     try:
         assert srsly.msgpack_loads(srsly.msgpack_dumps({"p": Point(3)}))["p"].x == 3
+
+        # registered again under the same name: the new function is used
+        def encode_tenfold(obj, chain=None):
+            return {"__point__": 10 * obj.x} if isinstance(obj, Point) else (obj if chain is None else chain(obj))
+
+        srsly.msgpack_encoders.register("spacy_crf_test_point", func=encode_tenfold)
+        assert srsly.msgpack_loads(srsly.msgpack_dumps({"p": Point(3)}))["p"].x == 30
+        for registry, hooks in zip(registries, stock):
+            assert list(registry.get_all()) == [*hooks, "spacy_crf_test_point"]
+            assert registry.get_all() == catalogue.Registry.get_all(registry)
     finally:
         for registry in registries:
             del catalogue.REGISTRY[(*registry.namespace, "spacy_crf_test_point")]
-    assert list(msgpack.msgpack_encoders.get_all()) == list(stock[0])
+    # removed: gone from the lookup too
+    for registry, hooks in zip(registries, stock):
+        assert registry.get_all() == hooks
 
 
 def test_a_crf_pipe_speeds_up_the_msgpack_hooks():
@@ -153,3 +165,26 @@ def test_a_crf_pipe_speeds_up_the_msgpack_hooks():
     spacy.blank("zh").add_pipe("crf_merge_words")
     assert isinstance(msgpack.msgpack_encoders.get_all, _compat._HookLookup)
     assert isinstance(msgpack.msgpack_decoders.get_all, _compat._HookLookup)
+
+
+def test_the_msgpack_hook_lookup_follows_names_removed_and_added_between_calls():
+    import catalogue
+    from srsly import msgpack
+
+    _compat.speed_up_msgpack_hooks()
+    registry = msgpack.msgpack_encoders
+    names = ["spacy_crf_test_a", "spacy_crf_test_b", "spacy_crf_test_c"]
+    try:
+        for name in names[:2]:
+            registry.register(name, func=lambda obj, chain=None, name=name: obj)
+        assert {"spacy_crf_test_a", "spacy_crf_test_b"} <= set(registry.get_all())
+        # as many keys as before and the same last one, but another set of them
+        for name in names[:2]:
+            del catalogue.REGISTRY[(*registry.namespace, name)]
+        registry.register("spacy_crf_test_c", func=lambda obj, chain=None: obj)
+        registry.register("spacy_crf_test_b", func=lambda obj, chain=None: obj)
+        assert registry.get_all() == catalogue.Registry.get_all(registry)
+        assert "spacy_crf_test_a" not in registry.get_all() and "spacy_crf_test_c" in registry.get_all()
+    finally:
+        for name in names:
+            catalogue.REGISTRY.pop((*registry.namespace, name), None)
