@@ -264,10 +264,18 @@ def speed_up_msgpack_hooks() -> None:
     replacement gives the same hooks in the same order: the entry points are
     read once per process (a package installed while it runs is not seen);
     hooks registered in code are looked up at every call, as before. Doing
-    it again changes nothing."""
+    it again changes nothing, and so does a srsly or catalogue that no
+    longer has what it replaces (their stock lookup stays: slower, never
+    wrong; the test suite names the missing part, see :data:`PRIVATE_API`)."""
+    import catalogue
     from srsly import msgpack
 
-    for registry in (msgpack.msgpack_encoders, msgpack.msgpack_decoders):
+    registries: List[Any] = [getattr(msgpack, name, None) for name in ("msgpack_encoders", "msgpack_decoders")]
+    if not isinstance(getattr(catalogue, "REGISTRY", None), dict) or not all(
+        isinstance(r, catalogue.Registry) and hasattr(r, "namespace") and hasattr(r, "entry_points") for r in registries
+    ):
+        return
+    for registry in registries:
         if not isinstance(registry.get_all, _HookLookup):
             registry.get_all = _HookLookup(registry)
 

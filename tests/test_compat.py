@@ -188,3 +188,22 @@ def test_the_msgpack_hook_lookup_follows_names_removed_and_added_between_calls()
     finally:
         for name in names:
             catalogue.REGISTRY.pop((*registry.namespace, name), None)
+
+
+def test_without_what_it_replaces_the_msgpack_lookup_is_left_alone(monkeypatch):
+    import catalogue
+    from srsly import msgpack
+
+    _compat.restore_msgpack_hooks()
+    try:
+        monkeypatch.delattr(catalogue, "REGISTRY")
+        _compat.speed_up_msgpack_hooks()  # a future catalogue: nothing to replace, no error
+        assert not isinstance(msgpack.msgpack_encoders.get_all, _compat._HookLookup)
+        monkeypatch.undo()
+        monkeypatch.setattr(msgpack, "msgpack_decoders", object())
+        _compat.speed_up_msgpack_hooks()
+        assert not isinstance(msgpack.msgpack_encoders.get_all, _compat._HookLookup)
+    finally:
+        monkeypatch.undo()
+        _compat.speed_up_msgpack_hooks()
+    assert isinstance(msgpack.msgpack_encoders.get_all, _compat._HookLookup)
