@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from spacy.tokens import DocBin
+from spacy.tokens import Doc, DocBin
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.util import check_number
@@ -88,6 +88,17 @@ def finish(result: Dict[str, Any], table: Callable[[Dict[str, Any]], str], outpu
     print(table(result))
     write_json_atomic(output, result)
     print(f"wrote {output}")
+
+
+def doc_view(doc: Doc) -> tuple:
+    """What a benchmark compares between two ways of making a doc: its text,
+    its tokens' offsets, its entities and every span group, with labels."""
+    return (
+        doc.text,
+        tuple((t.idx, len(t)) for t in doc),
+        tuple((e.start_char, e.end_char, e.label_) for e in doc.ents),
+        tuple((key, tuple((s.start_char, s.end_char, s.label_) for s in group)) for key, group in doc.spans.items()),
+    )
 
 
 def timed(counter: Counter, label: str, function: Callable) -> Callable:

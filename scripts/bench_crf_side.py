@@ -38,7 +38,7 @@ from collections import Counter
 from typing import Callable, Dict, List
 
 import spacy
-from bench_common import timed
+from bench_common import doc_view, timed
 from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc, DocBin
 from spacy.util import minibatch
@@ -136,14 +136,6 @@ def unshared(call: Callable[[], List[Doc]]) -> List[Doc]:
         shared_listener.signature = signature
 
 
-def view(doc: Doc) -> tuple:
-    return (
-        [t.text for t in doc],
-        [(e.start_char, e.end_char, e.label_) for e in doc.ents],
-        {k: [(s.start_char, s.end_char, s.label_) for s in g] for k, g in doc.spans.items()},
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pipeline")
@@ -200,7 +192,7 @@ def main() -> None:
                         if way != name:  # what the taggers spend inside counts the pipeline's way only
                             inside.clear()
                             inside.update(before)
-                        results[way] = list(map(view, out))
+                        results[way] = list(map(doc_view, out))
                         if way == name:
                             next_docs = out
                     if any(r != results[name] for r in results.values()):

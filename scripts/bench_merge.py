@@ -38,6 +38,7 @@ from typing import List, Optional, Tuple
 
 import numpy
 import spacy
+from bench_common import doc_view
 from spacy.tokens import Doc, Span
 from wasabi import msg
 
@@ -101,14 +102,6 @@ def synthetic_doc(nlp, n_chars: int, seed: int = 0) -> Doc:
     return doc
 
 
-def view(doc: Doc):
-    return (
-        [t.text for t in doc],
-        [(e.start_char, e.end_char, e.label_) for e in doc.ents],
-        {k: [(s.start_char, s.end_char) for s in g] for k, g in doc.spans.items()},
-    )
-
-
 def timed(fn, *args, **kwargs) -> Tuple[float, float]:
     """(wall seconds, CPU seconds of this process) of one call."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -140,7 +133,7 @@ def main() -> None:
         if n_chars <= args.old_max:
             old_doc = synthetic_doc(spacy.blank("zh"), n_chars)
             old = timed(merge_words, old_doc, entity_policy=args.policy, via_retokenizer=True)
-            same = view(old_doc) == view(out)
+            same = doc_view(old_doc) == doc_view(out)
         rows.append(
             (
                 f"{n_chars:,}",

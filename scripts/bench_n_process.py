@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List
 
 import spacy
 import torch
-from bench_common import check_args, finish, pipeline_texts_parser, read_texts
+from bench_common import check_args, doc_view, finish, pipeline_texts_parser, read_texts
 from spacy.tokens import Doc
 
 from spacy_crf import _compat
@@ -53,15 +53,6 @@ def setup(nlp, variant: str) -> int:
     if "doc_cleaner" not in variant and "doc_cleaner" in nlp.pipe_names:
         nlp.remove_pipe("doc_cleaner")
     return 1 if variant.startswith("1 ") else 2
-
-
-def signature(doc: Doc) -> tuple:
-    return (
-        doc.text,
-        tuple((t.idx, len(t)) for t in doc),
-        tuple((e.start_char, e.end_char, e.label_) for e in doc.ents),
-        tuple((key, tuple((s.start_char, s.end_char, s.label_) for s in group)) for key, group in doc.spans.items()),
-    )
 
 
 def timed_pass(nlp, texts: List[str], n_process: int, batch_size: int, threads: int) -> Dict[str, Any]:
@@ -120,7 +111,7 @@ def main() -> None:
             run = timed_pass(nlp, texts, n_process, args.batch_size, args.threads)
             rates[variant].append(n_chars / run["seconds"])
             print(f"repeat {repeat + 1}, {variant}: {rates[variant][-1]:,.0f} chars/s", flush=True)
-            got = [signature(doc) for doc in run["docs"]]
+            got = [doc_view(doc) for doc in run["docs"]]
             if reference is None:
                 reference = got
             elif got != reference:
