@@ -15,6 +15,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import Config
 
+from spacy_crf.ml.lexicon_match import TaggedLexicon
 from spacy_crf.pipeline.lexicon import MAX_WORD_LENGTH, Lexicon, read_lexicon
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
@@ -135,6 +136,20 @@ def test_a_long_word_in_the_lexicon_does_not_make_matching_quadratic():
     found = lexicon.matches(doc)
     assert time.perf_counter() - started < 5.0
     assert found[-1] == (20_000, 20_002) and len(found) == 20_000 - MAX_WORD_LENGTH + 1 + 1
+
+
+def test_the_word_list_is_sorted_distinct_and_free_of_any_unicode_whitespace():
+    # (the checks run over the whole list at once; each rule is pinned here)
+    words = ["海市", "上海", "上海", "上\u3000海", "北\u00a0京", "京\x1f城", "南", "", "天\x00津"]
+    lexicon = Lexicon(words)
+    assert lexicon.word_list == ("上海", "天\x00津", "海市") and lexicon.words == set(lexicon.word_list)
+    assert TaggedLexicon([(w, 1.0, "n") for w in words]).word_list == ("上海", "南", "天\x00津", "海市")
+    assert Lexicon(["乙丙", "甲乙"]).word_list == ("乙丙", "甲乙")  # already sorted: kept
+    assert Lexicon([]).word_list == () and Lexicon([]).max_length == 0
+    with pytest.raises(ValueError, match=r"a word must be a string, got 7"):
+        Lexicon(["上海", 7, None])
+    with pytest.raises(ValueError, match=r"a word must be a string, got b"):
+        Lexicon(iter(["上海", b"\xe4"]))
 
 
 def test_an_absurdly_long_lexicon_entry_is_refused_with_its_length():
