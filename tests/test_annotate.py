@@ -410,3 +410,30 @@ def test_a_loaded_pipeline_drops_the_encoder_output_and_a_handed_one_is_left_alo
     handed = spacy.load(pipeline_dir)
     names = list(handed.pipe_names)
     assert engines_module.load_pipeline(handed) is handed and handed.pipe_names == names
+
+
+def test_the_collector_skips_the_loaded_pipeline_during_a_local_run_only(pipeline_dir, corpus, tmp_path, monkeypatch):
+    import gc
+
+    seen = []
+    annotate_rows = engines_module.annotate_rows
+
+    def spy(nlp, *args, **kwargs):
+        seen.append((gc.get_freeze_count(), any(obj is nlp for obj in gc.get_objects())))
+        yield from annotate_rows(nlp, *args, **kwargs)
+
+    monkeypatch.setattr(engines_module, "annotate_rows", spy)
+    assert gc.get_freeze_count() == 0
+    annotate(str(pipeline_dir), str(corpus), str(tmp_path / "out"), progress=False)
+    # frozen with the pipeline in it (the collector no longer lists it), then let go
+    assert seen and all(count > 0 and not listed for count, listed in seen)
+    assert gc.get_freeze_count() == 0
+    # a caller that froze objects itself keeps its freeze as it was
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with engines_module.collector_spares_the_pipeline():
+            assert gc.get_freeze_count() == before
+        assert gc.get_freeze_count() == before
+    finally:
+        gc.unfreeze()

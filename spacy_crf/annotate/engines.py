@@ -25,6 +25,7 @@ Both engines run the same code on the same batches (``shard_chunks``:
   actors (and their loaded pipelines) alive from the first shard to the last.
 """
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -78,6 +79,26 @@ def drop_encoder_output(nlp) -> None:
     over is left as it is."""
     if "doc_cleaner" not in nlp.pipe_names:
         nlp.add_pipe("doc_cleaner", config={"attrs": {"tensor": None, "_.trf_data": None}, "silent": True})
+
+
+@contextmanager
+def collector_spares_the_pipeline() -> Iterator[None]:
+    """Hide the objects alive now (the loaded pipeline, its vocab, the
+    imported modules: about half a million) from Python's garbage collector
+    until the block ends (``gc.freeze``, undone by ``gc.unfreeze``). A run
+    allocates enough short-lived objects per doc to set off a full
+    collection every few thousand docs, and each one walked all of them
+    only to find them alive (0.27 s apiece on the shipped pipeline, about
+    3 % of a run). Forked workers (``n_process > 1``) inherit the frozen
+    set. Left alone if the caller has frozen objects already."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _doc_bytes(doc) -> bytes:
@@ -293,7 +314,7 @@ def local_stream(
         # n_process > 1 forks after the fast tokenizer was used; without this it warns per child
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     nlp = load_pipeline(pipeline, confidence, gpu)
-    with workers_stop_on_signal(n_process > 1):
+    with workers_stop_on_signal(n_process > 1), collector_spares_the_pipeline():
         yield from _local_rows(
             nlp, shards, text_key, id_key, batch_size, n_process, confidence, fmt, stop_on_error, max_chars, sort_buffer
         )

@@ -12,6 +12,7 @@ chunk: the pool balances chunks, not shards, and results stream back chunk
 by chunk, in order (``preserve_order``).
 """
 
+import gc
 import logging
 import os
 from typing import Any, Dict, Iterator, Optional, Sequence
@@ -88,6 +89,9 @@ class RayAnnotator:
 
         set_threads(threads)
         self.nlp = load_pipeline(pipeline, confidence, gpu)
+        # this process only annotates: the pipeline stays frozen for its life
+        # (engines.collector_spares_the_pipeline says why)
+        gc.freeze()
         self.confidence = confidence
         self.fmt = fmt
         self.max_chars = max_chars
