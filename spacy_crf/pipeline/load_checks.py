@@ -148,7 +148,9 @@ def _check_digest(pipe, data: bytes, digest: Optional[str], what: str) -> None:
     if digest is not None and digest.strip() != _digest(data):
         raise ValueError(
             f"[{pipe.name}] cannot load {what}: its bytes do not match the SHA-256 saved beside them "
-            f"({DIGEST_KEY!r}): the file was damaged after it was saved. Copy or reinstall the pipeline again."
+            f"({DIGEST_KEY!r}): the file was damaged after it was saved. Copy or reinstall the pipeline again. "
+            f"(If a spacy-crf from before weight digests saved into this directory over a newer save, "
+            f"the {DIGEST_KEY!r} beside it is stale: delete that file.)"
         )
 
 
