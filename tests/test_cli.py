@@ -208,3 +208,17 @@ def test_speed_gives_each_process_its_share_of_the_cores(tmp_path, monkeypatch):
         chars_per_second(nlp, texts, batch_size=2, n_process=n_process, repeats=1)
     assert seen == [(1, before), (2, max(1, (os.cpu_count() or 1) // 2))]
     assert torch.get_num_threads() == before
+
+
+def test_speed_explains_more_processes_running_slower_than_one(capsys):
+    from spacy_crf.cli.speed import _explain_slow_processes
+
+    def runs(*rows):
+        return [{"n_process": n, "batch_size": b, "chars_per_s": r} for n, b, r in rows]
+
+    _explain_slow_processes(runs((1, 128, 20_000.0), (2, 128, 15_000.0)))
+    said = capsys.readouterr().out
+    assert "n_process=2 ran slower than one process" in said and "doc_cleaner" in said
+    # faster, or with no one-process run at that batch size: nothing to explain
+    _explain_slow_processes(runs((1, 128, 20_000.0), (2, 128, 21_000.0), (2, 32, 5_000.0)))
+    assert capsys.readouterr().out == ""

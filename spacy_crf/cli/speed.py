@@ -161,6 +161,7 @@ def measure_speed(
         header=("n_process", "batch_size", "chars/s"),
         divider=True,
     )
+    _explain_slow_processes(runs)
     seconds = component_seconds(nlp, texts, batch_sizes[-1], sort_buffer)
     total = sum(seconds.values())
     msg.table(
@@ -184,6 +185,20 @@ def measure_speed(
         **extra,
         "hardware": hardware(),
     }
+
+
+def _explain_slow_processes(runs: List[Dict[str, Any]]) -> None:
+    """Say why, when more processes ran slower than one at the same batch
+    size: a reader would otherwise conclude that ``n_process`` never pays."""
+    single = {r["batch_size"]: r["chars_per_s"] for r in runs if r["n_process"] == 1}
+    slow = [r for r in runs if r["n_process"] > 1 and r["chars_per_s"] < single.get(r["batch_size"], 0)]
+    if slow:
+        msg.info(
+            f"n_process={slow[0]['n_process']} ran slower than one process: every pass forks its workers, "
+            "which compile their models again, and each doc travels back to the parent with the encoder's "
+            "output (doc._.trf_data). On a long job, with doc_cleaner last in the pipeline (as "
+            "`spacy crf annotate` does), two processes beat one; see the speed docs, 'Batching and processes'."
+        )
 
 
 def _report_peers(texts: List[str], repeats: int, runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
