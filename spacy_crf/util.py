@@ -1,10 +1,13 @@
 """Small helpers: :func:`check_number` (numeric options),
-:func:`batch_by_length`, :func:`run_offsets`, :func:`joined_rows` and :func:`flat_rows`. The doc keys, file writing and hardware record that
+:func:`batch_by_length`, :func:`run_offsets`, :func:`joined_rows`, :func:`flat_rows` and :func:`matmul`
+(with :func:`one_blas_thread`). The doc keys, file writing and hardware record that
 lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
 
-from typing import Any, List, Optional, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy
 
@@ -118,3 +121,58 @@ def flat_rows(ops: Any, arrays: Sequence[Any]) -> Any:
     already consecutive row blocks of one array (:func:`joined_rows`)."""
     joined = joined_rows(arrays)
     return joined if joined is not None else ops.flatten(arrays, pad=0)
+
+
+def matmul(ops: Any, A: Any, B: Any, *, trans1: bool = False, trans2: bool = False) -> Any:
+    """``ops.gemm(A, B, trans1=trans1, trans2=trans2)``: ``A @ B`` with either
+    operand transposed first, computed by the array module's own ``matmul``.
+
+    thinc's ``NumpyOps.gemm`` runs on blis, which is several times slower than
+    numpy's BLAS on the tall, narrow products of the emission and lexicon
+    layers (``[n_tokens, 416] x [416, n_tags]``; docs/results.md). The results
+    agree to float32 rounding (the sums run in another order)."""
+    xp = ops.xp
+    if trans1:
+        A = A.T
+    if trans2:  # (a contiguous copy of the small weight matrix halves the product's time)
+        B = xp.ascontiguousarray(B.T)
+    if xp is not numpy:
+        return xp.matmul(A, B)
+    with one_blas_thread():
+        return xp.matmul(A, B)
+
+
+_blas_lock = threading.Lock()
+_blas_state: Dict[str, Any] = {"libraries": None, "depth": 0, "saved": []}
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Run the block with numpy's BLAS on one thread, and give it back its
+    thread count afterwards.
+
+    The products of :func:`matmul` are too small to gain from a second thread,
+    and OpenBLAS's idle workers spin for a while after each one: on 2 cores
+    they took the cores from the encoder's threads that run next, and the
+    whole pipeline ran slower although its layers ran faster. Nested and
+    concurrent blocks share one limit, lifted when the last one ends. The
+    BLAS libraries are those loaded at the first call (numpy's, loaded with
+    numpy)."""
+    with _blas_lock:
+        if _blas_state["libraries"] is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas_state["libraries"] = ThreadpoolController().select(user_api="blas").lib_controllers
+        if _blas_state["depth"] == 0:
+            _blas_state["saved"] = [(lib, lib.num_threads) for lib in _blas_state["libraries"]]
+            for lib, _ in _blas_state["saved"]:
+                lib.set_num_threads(1)
+        _blas_state["depth"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_state["depth"] -= 1
+            if _blas_state["depth"] == 0:
+                for lib, threads in _blas_state["saved"]:
+                    lib.set_num_threads(threads)

@@ -15,7 +15,7 @@ from spacy_crf.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from spacy_crf.util import check_number, joined_rows, run_offsets
+from spacy_crf.util import check_number, joined_rows, matmul, run_offsets
 
 
 def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):
@@ -159,3 +159,43 @@ def test_joined_rows_is_none_unless_the_blocks_are_one_buffer_in_order(case):
         "1-d": [X.reshape(-1)[:4], X.reshape(-1)[4:]],
     }[case]
     assert joined_rows(blocks) is None
+
+
+@pytest.mark.parametrize("trans1,trans2", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_is_thincs_gemm(trans1, trans2):
+    from thinc.api import NumpyOps
+
+    ops = NumpyOps()
+    rng = numpy.random.default_rng(0)
+    A = rng.standard_normal((7, 5) if trans1 else (5, 7)).astype("float32")
+    B = rng.standard_normal((3, 7) if trans2 else (7, 3)).astype("float32")
+    expected = ops.gemm(A, B, trans1=trans1, trans2=trans2)
+    got = matmul(ops, A, B, trans1=trans1, trans2=trans2)
+    assert got.shape == expected.shape == (5, 3) and got.dtype == numpy.float32
+    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_one_blas_thread_limits_numpys_blas_inside_and_restores_after():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from spacy_crf.util import one_blas_thread
+
+    def blas_threads():  # numpy's own (other packages may load a BLAS of their own later)
+        return [
+            lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas" and "numpy" in lib["filepath"]
+        ]
+
+    if not blas_threads():  # pragma: no cover (a numpy whose BLAS is not in its wheel)
+        pytest.skip("numpy's BLAS library not found")
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        with one_blas_thread():
+            assert set(blas_threads()) == {1}
+            with one_blas_thread():  # nested: still one, and the outer block's end restores
+                assert set(blas_threads()) == {1}
+            assert set(blas_threads()) == {1}
+        assert blas_threads() == before
+        with pytest.raises(RuntimeError):
+            with one_blas_thread():
+                raise RuntimeError("inside")
+        assert blas_threads() == before

@@ -63,7 +63,7 @@ from spacy.util import registry
 from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
 from thinc.types import Floats2d
 
-from ..util import flat_rows, run_offsets
+from ..util import flat_rows, matmul, run_offsets
 from . import shared_listener
 from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
@@ -163,12 +163,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     b = model.get_param(PROJECTION_B)
     lengths = [len(doc) for doc in docs]
     F = model.ops.asarray2f(lexicon_features(lexicon, docs))
-    H = model.ops.xp.tanh(model.ops.gemm(F, W, trans2=True) + b)
+    H = model.ops.xp.tanh(matmul(model.ops, F, W, trans2=True) + b)
 
     def backprop(dHs: List[Floats2d]) -> List[Doc]:
         dH = model.ops.flatten(dHs, pad=0) if dHs else model.ops.alloc2f(0, W.shape[0])
         dZ = dH * (1 - H * H)
-        model.inc_grad(PROJECTION_W, model.ops.gemm(dZ, F, trans1=True))
+        model.inc_grad(PROJECTION_W, matmul(model.ops, dZ, F, trans1=True))
         model.inc_grad(PROJECTION_B, dZ.sum(axis=0))
         return []
 

@@ -46,6 +46,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d
 from thinc.util import torch2xp, xp2torch
 
+from ..util import matmul
 from . import fast_align
 
 START_W, START_B, END_W, END_B = "span_start_W", "span_start_b", "span_end_W", "span_end_b"
@@ -110,16 +111,16 @@ def _projection_forward(model: Model, Xs: List[Floats2d], is_train: bool):
     half = Ws[0].shape[0]
     lengths = [len(x) for x in Xs]
     X = model.ops.flatten(Xs, pad=0) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
-    Y = model.ops.xp.concatenate([model.ops.gemm(X, W, trans2=True) + b for W, b in zip(Ws, bs)], axis=1)
+    Y = model.ops.xp.concatenate([matmul(model.ops, X, W, trans2=True) + b for W, b in zip(Ws, bs)], axis=1)
 
     def backprop(dYs: List[Floats2d]) -> List[Floats2d]:
         dY = model.ops.flatten(dYs, pad=0) if dYs else model.ops.alloc2f(0, 2 * half)
         dX = None
         for (W, b), part in zip(((START_W, START_B), (END_W, END_B)), (dY[:, :half], dY[:, half:])):
             part = model.ops.xp.ascontiguousarray(part)
-            model.inc_grad(W, model.ops.gemm(part, X, trans1=True))
+            model.inc_grad(W, matmul(model.ops, part, X, trans1=True))
             model.inc_grad(b, part.sum(axis=0))
-            d = model.ops.gemm(part, model.get_param(W))
+            d = matmul(model.ops, part, model.get_param(W))
             dX = d if dX is None else dX + d
         return model.ops.unflatten(dX, lengths)
 

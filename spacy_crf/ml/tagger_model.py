@@ -29,7 +29,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import flat_rows
+from ..util import flat_rows, matmul
 from . import crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
@@ -130,13 +130,13 @@ def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
     lengths = [len(x) for x in Xs]
     # (no copy of the lexicon features' concatenation: views of one array)
     X = flat_rows(model.ops, Xs) if Xs else model.ops.alloc2f(0, model.get_dim("nI"))
-    Y = model.ops.gemm(X, W, trans2=True) + b
+    Y = matmul(model.ops, X, W, trans2=True) + b
 
     def backprop(dYs: List[Floats2d]) -> List[Floats2d]:
         dY = model.ops.flatten(dYs, pad=0) if dYs else model.ops.alloc2f(0, W.shape[0])
-        model.inc_grad(EMISSION_W, model.ops.gemm(dY, X, trans1=True))
+        model.inc_grad(EMISSION_W, matmul(model.ops, dY, X, trans1=True))
         model.inc_grad(EMISSION_B, dY.sum(axis=0))
-        return model.ops.unflatten(model.ops.gemm(dY, W), lengths)
+        return model.ops.unflatten(matmul(model.ops, dY, W), lengths)
 
     return model.ops.unflatten(Y, lengths), backprop
 
