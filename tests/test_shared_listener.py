@@ -181,3 +181,37 @@ def test_a_segmenter_prior_within_the_features_dictionary_decodes_as_with_its_ow
     monkeypatch.setattr(Lexicon, "_words_within", lambda self, source: None)  # its own automaton
     assert outputs(nlp, TEXTS) == shared
     segmenter.set_lexicon(None)
+
+
+def test_the_batched_mean_pooling_is_the_listeners_to_the_bit(nlp):
+    from spacy_crf._compat import transformer_data
+
+    first, _ = tok2vecs(nlp)
+    docs = list(nlp.pipe(["张三去上海工作 , 今天 天气很好" * 4, "北京", "我在北京大学", " 北京 ", "ABC xyz 123"] * 3))
+    data = [transformer_data(doc) for doc in docs]
+    pooled = shared_listener.mean_pooled(first, data)
+    assert pooled is not None  # the stock chain, float32 outputs: the batched path
+    expected = first.predict(docs)
+    assert (
+        [p.shape for p in pooled]
+        == [e.shape for e in expected]
+        == [(len(doc), e.shape[1]) for doc, e in zip(docs, expected)]
+    )
+    assert all(numpy.array_equal(p, e) for p, e in zip(pooled, expected))
+    # strided windows overlap: tokens there are the mean of two rows; spaces have none
+    lengths = numpy.concatenate([d.align.lengths for d in data])
+    assert {0, 1, 2} <= set(lengths.tolist())
+    # an empty doc's trf_data has no hidden state: the listener's own path for the batch
+    empty = list(nlp.pipe([""]))
+    assert shared_listener.mean_pooled(first, [transformer_data(d) for d in empty + docs[:1]]) is None
+    other = spacy.registry.resolve(
+        {
+            "t": {
+                "@architectures": "spacy-transformers.TransformerListener.v1",
+                "grad_factor": 1.0,
+                "upstream": "*",
+                "pooling": {"@layers": "reduce_max.v1"},
+            }
+        }
+    )["t"]
+    assert shared_listener.mean_pooled(other, data) is None
