@@ -23,7 +23,12 @@ its entities per doc from tag strings read token by token (``(entities per
 token)``) against over the batch in array operations; a segmenter with a
 lexicon prior within its lexicon features' dictionary matching the prior
 with its own automaton (``(prior matched apart)``) against reading the
-features' matches. All ways must give the
+features' matches; each CRF tagger's dense layers through thinc's blis
+``gemm`` (``(blis dense layers)``) against numpy's BLAS held to one thread
+(:func:`spacy_crf.util.matmul`); the first tagger pooling the transformer
+output doc by doc in spacy-transformers (``(per-doc pooling)``) against
+the whole batch at once (:func:`spacy_crf.ml.shared_listener.mean_pooled`).
+All ways must give the
 same tokens, entities and span groups, else the script exits 1. The CRF
 side's total counts the ways the pipeline runs. Inside the taggers, the time
 spent matching dictionaries, in the lexicon prior, building tag masks and
@@ -45,7 +50,7 @@ from spacy.util import minibatch
 
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, tagger_model
+from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
 from spacy_crf.util import batch_by_length
 
@@ -80,7 +85,38 @@ def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Calla
         ways[f"{name} (prior matched apart)"] = lambda docs: prior_apart(lambda: run_step(pipe, docs, batch_size))
     if isinstance(pipe, crf_tagger.CRFTagger) and pipe.scheme in ("bio", "bioes"):
         ways[f"{name} (entities per token)"] = lambda docs: entities_per_token(pipe, docs)
+    if isinstance(pipe, crf_tagger.CRFTagger):
+        ways[f"{name} (blis dense layers)"] = lambda docs: with_blis(lambda: run_step(pipe, docs, batch_size))
+        if not may_share:
+            ways[f"{name} (per-doc pooling)"] = lambda docs: pooled_per_doc(lambda: run_step(pipe, docs, batch_size))
     return ways
+
+
+def with_blis(call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` with the dense layers through thinc's ``ops.gemm`` (blis)."""
+
+    def gemm(ops, A, B, *, trans1=False, trans2=False):
+        return ops.gemm(A, B, trans1=trans1, trans2=trans2)
+
+    modules = (tagger_model, lexicon_features, span_model)
+    saved = [module.matmul for module in modules]
+    for module in modules:
+        module.matmul = gemm  # type: ignore[attr-defined]
+    try:
+        return call()
+    finally:
+        for module, function in zip(modules, saved):
+            module.matmul = function  # type: ignore[attr-defined]
+
+
+def pooled_per_doc(call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` with spacy-transformers pooling the transformer output doc by doc."""
+    batched = shared_listener.mean_pooled
+    shared_listener.mean_pooled = lambda tok2vec, data: None  # type: ignore[assignment]
+    try:
+        return call()
+    finally:
+        shared_listener.mean_pooled = batched
 
 
 def prior_source(pipe):
@@ -185,6 +221,8 @@ def main() -> None:
                                 doc.ents = []
                             if len(order) > 1:
                                 forget_matches(nlp.get_pipe(name))
+                            if name == taggers[0]:  # each way of the first tagger pools for itself
+                                shared_listener._pooled.clear()
                         before = Counter(inside)
                         start = time.perf_counter()
                         out = ways[name][way](docs)
