@@ -151,10 +151,10 @@ def one_blas_thread() -> Iterator[None]:
     """Run the block with numpy's BLAS on one thread, and give it back its
     thread count afterwards.
 
-    The products of :func:`matmul` are too small to gain from a second thread,
-    and OpenBLAS's idle workers spin for a while after each one: on 2 cores
-    they took the cores from the encoder's threads that run next, and the
-    whole pipeline ran slower although its layers ran faster. Nested and
+    A second thread makes one of :func:`matmul`'s products faster, but
+    OpenBLAS's idle workers spin for a while after each one: on 2 cores they
+    took the cores from the encoder's threads that run next, and the whole
+    pipeline ran slower although its layers ran faster. Nested and
     concurrent blocks share one limit, lifted when the last one ends. The
     BLAS libraries are those loaded at the first call (numpy's, loaded with
     numpy)."""
