@@ -160,9 +160,7 @@ def one_blas_thread() -> Iterator[None]:
     numpy)."""
     with _blas_lock:
         if _blas_state["libraries"] is None:
-            from threadpoolctl import ThreadpoolController
-
-            _blas_state["libraries"] = ThreadpoolController().select(user_api="blas").lib_controllers
+            _blas_state["libraries"] = _blas_libraries()
         if _blas_state["depth"] == 0:
             _blas_state["saved"] = [(lib, lib.num_threads) for lib in _blas_state["libraries"]]
             for lib, _ in _blas_state["saved"]:
@@ -176,3 +174,15 @@ def one_blas_thread() -> Iterator[None]:
             if _blas_state["depth"] == 0:
                 for lib, threads in _blas_state["saved"]:
                     lib.set_num_threads(threads)
+
+
+def _blas_libraries() -> List[Any]:
+    """threadpoolctl's controllers of the BLAS libraries loaded now; none
+    where threadpoolctl cannot inspect the process (the products then run
+    with the library's own threads: slower beside an encoder, never wrong)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        return list(ThreadpoolController().select(user_api="blas").lib_controllers)
+    except Exception:  # (a speed setting: it must never stop a prediction)
+        return []

@@ -199,3 +199,19 @@ def test_one_blas_thread_limits_numpys_blas_inside_and_restores_after():
             with one_blas_thread():
                 raise RuntimeError("inside")
         assert blas_threads() == before
+
+
+def test_matmul_works_where_threadpoolctl_cannot_inspect_the_process(monkeypatch):
+    import threadpoolctl
+    from thinc.api import NumpyOps
+
+    from spacy_crf import util
+
+    def broken(*args, **kwargs):
+        raise OSError("no dl_iterate_phdr here")
+
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", broken)
+    monkeypatch.setitem(util._blas_state, "libraries", None)
+    A = numpy.arange(6, dtype="float32").reshape(2, 3)
+    numpy.testing.assert_array_equal(util.matmul(NumpyOps(), A, A, trans2=True), A @ A.T)
+    assert util._blas_state["libraries"] == [] and util._blas_state["depth"] == 0
