@@ -49,7 +49,15 @@ def test_two_heads_listening_alike_share_a_signature_and_others_do_not(nlp):
     first, second = tok2vecs(nlp)
     assert first is not second
     assert shared_listener.signature(first) == shared_listener.signature(second) is not None
-    other = spacy.registry.resolve(
+    other = max_pooled_listener()
+    assert shared_listener.signature(other) not in (None, shared_listener.signature(first))
+    tok2vec = spacy.registry.resolve({"t": {"@architectures": "spacy.HashEmbedCNN.v2", **_HASH}})["t"]
+    assert shared_listener.signature(tok2vec) is None
+
+
+def max_pooled_listener():
+    """A transformer listener that pools with reduce_max: not the stock chain."""
+    return spacy.registry.resolve(
         {
             "t": {
                 "@architectures": "spacy-transformers.TransformerListener.v1",
@@ -59,9 +67,6 @@ def test_two_heads_listening_alike_share_a_signature_and_others_do_not(nlp):
             }
         }
     )["t"]
-    assert shared_listener.signature(other) not in (None, shared_listener.signature(first))
-    tok2vec = spacy.registry.resolve({"t": {"@architectures": "spacy.HashEmbedCNN.v2", **_HASH}})["t"]
-    assert shared_listener.signature(tok2vec) is None
 
 
 _HASH = dict(
@@ -204,14 +209,5 @@ def test_the_batched_mean_pooling_is_the_listeners_to_the_bit(nlp):
     # an empty doc's trf_data has no hidden state: the listener's own path for the batch
     empty = list(nlp.pipe([""]))
     assert shared_listener.mean_pooled(first, [transformer_data(d) for d in empty + docs[:1]]) is None
-    other = spacy.registry.resolve(
-        {
-            "t": {
-                "@architectures": "spacy-transformers.TransformerListener.v1",
-                "grad_factor": 1.0,
-                "upstream": "*",
-                "pooling": {"@layers": "reduce_max.v1"},
-            }
-        }
-    )["t"]
+    other = max_pooled_listener()
     assert shared_listener.mean_pooled(other, data) is None
