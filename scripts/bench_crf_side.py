@@ -40,7 +40,9 @@ import statistics
 import sys
 import time
 from collections import Counter
+from contextlib import ExitStack
 from typing import Callable, Dict, List
+from unittest import mock
 
 import spacy
 from bench_common import doc_view, timed
@@ -98,25 +100,12 @@ def with_blis(call: Callable[[], List[Doc]]) -> List[Doc]:
     def gemm(ops, A, B, *, trans1=False, trans2=False):
         return ops.gemm(A, B, trans1=trans1, trans2=trans2)
 
-    modules = (tagger_model, lexicon_features, span_model)
-    saved = [module.matmul for module in modules]
-    for module in modules:
-        module.matmul = gemm  # type: ignore[attr-defined]
-    try:
-        return call()
-    finally:
-        for module, function in zip(modules, saved):
-            module.matmul = function  # type: ignore[attr-defined]
+    return patched([(module, "matmul", gemm) for module in (tagger_model, lexicon_features, span_model)], call)
 
 
 def pooled_per_doc(call: Callable[[], List[Doc]]) -> List[Doc]:
     """``call()`` with spacy-transformers pooling the transformer output doc by doc."""
-    batched = shared_listener.mean_pooled
-    shared_listener.mean_pooled = lambda tok2vec, data: None  # type: ignore[assignment]
-    try:
-        return call()
-    finally:
-        shared_listener.mean_pooled = batched
+    return patched([(shared_listener, "mean_pooled", lambda tok2vec, data: None)], call)
 
 
 def prior_source(pipe):
@@ -128,14 +117,18 @@ def prior_source(pipe):
     return source if source is not None and pipe.lexicon._words_within(source) is not None else None
 
 
+def patched(replacements, call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` with each ``(owner, attribute, value)`` of ``replacements``
+    in place, the originals restored afterwards."""
+    with ExitStack() as stack:
+        for owner, attribute, value in replacements:
+            stack.enter_context(mock.patch.object(owner, attribute, value))
+        return call()
+
+
 def prior_apart(call: Callable[[], List[Doc]]) -> List[Doc]:
     """``call()`` with the lexicon prior matched by its own automaton."""
-    within = lexicon.Lexicon._words_within
-    lexicon.Lexicon._words_within = lambda self, source: None  # type: ignore[method-assign]
-    try:
-        return call()
-    finally:
-        lexicon.Lexicon._words_within = within  # type: ignore[method-assign]
+    return patched([(lexicon.Lexicon, "_words_within", lambda self, source: None)], call)
 
 
 def forget_matches(pipe) -> None:
@@ -164,12 +157,8 @@ def entities_per_token(pipe, docs: List[Doc]) -> List[Doc]:
 
 
 def unshared(call: Callable[[], List[Doc]]) -> List[Doc]:
-    signature = shared_listener.signature
-    shared_listener.signature = lambda tok2vec: None  # type: ignore[assignment]
-    try:
-        return call()
-    finally:
-        shared_listener.signature = signature
+    """``call()`` with every tagger pooling the transformer output itself."""
+    return patched([(shared_listener, "signature", lambda tok2vec: None)], call)
 
 
 def main() -> None:
