@@ -18,6 +18,56 @@ from spacy.tokens import Doc, DocBin
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.util import check_number
 
+#: The transformer of the benchmarks' pipelines: the encoder at ``{name}`` (a
+#: local folder), in strided windows as the shipped configs run it.
+TRANSFORMER_BLOCK = """
+[components.transformer]
+factory = "transformer"
+max_batch_items = 4096
+
+[components.transformer.model]
+@architectures = "spacy-transformers.TransformerModel.v3"
+name = "{name}"
+mixed_precision = false
+
+[components.transformer.model.get_spans]
+@span_getters = "spacy-transformers.strided_spans.v1"
+window = 128
+stride = 96
+
+[components.transformer.model.tokenizer_config]
+use_fast = true
+"""
+
+
+def crf_head(name: str, factory: str, settings: str = "", model_settings: str = "") -> str:
+    """The config block of a CRF tagger component ``name`` (``factory``)
+    listening to the transformer with mean pooling; ``settings`` and
+    ``model_settings`` are extra lines for its component and model sections."""
+    return f"""
+[components.{name}]
+factory = "{factory}"
+{settings}
+[components.{name}.model]
+@architectures = "spacy_crf.CRFTagger.v1"
+{model_settings}
+[components.{name}.model.tok2vec]
+@architectures = "spacy-transformers.TransformerListener.v1"
+grad_factor = 1.0
+upstream = "*"
+
+[components.{name}.model.tok2vec.pooling]
+@layers = "reduce_mean.v1"
+"""
+
+
+def pipeline_config(encoder, pipeline: List[str], blocks: Iterable[str], batch_size: int = 128) -> str:
+    """Config text of a zh pipeline: the transformer over ``encoder`` (a local
+    folder), then the components whose ``blocks`` are given (``crf_head``)."""
+    names = ", ".join(f'"{name}"' for name in pipeline)
+    header = f'[nlp]\nlang = "zh"\npipeline = [{names}]\nbatch_size = {batch_size}\n\n[components]\n'
+    return header + TRANSFORMER_BLOCK.replace("{name}", str(encoder)) + "".join(blocks)
+
 
 def load_transformer_pipeline(path: Path):
     """``spacy.load(path)``; exit if the pipeline has no ``transformer`` component."""

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy
 import spacy
 import torch
+from bench_common import crf_head, pipeline_config
 from spacy.training import Example
 from thinc.api import Config
 
@@ -63,46 +64,8 @@ SOURCE = (
     "张三和李四昨天去了广州参加一个国际会议会上讨论了人工智能在医疗领域的应用前景"
     "新华社记者报道今年夏天南方多个省份遭遇强降雨部分地区发生洪涝灾害当地政府组织救援"
 )
-CONFIG = """
-[nlp]
-lang = "zh"
-pipeline = ["transformer", "crf_tagger"]
-batch_size = 128
-
-[components]
-
-[components.transformer]
-factory = "transformer"
-max_batch_items = 4096
-
-[components.transformer.model]
-@architectures = "spacy-transformers.TransformerModel.v3"
-name = "{name}"
-mixed_precision = false
-
-[components.transformer.model.get_spans]
-@span_getters = "spacy-transformers.strided_spans.v1"
-window = 128
-stride = 96
-
-[components.transformer.model.tokenizer_config]
-use_fast = true
-
-[components.crf_tagger]
-factory = "crf_tagger"
-scheme = "bioes"
-
-[components.crf_tagger.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.crf_tagger.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.crf_tagger.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-"""
+#: The benchmark's pipeline: the encoder and one entity tagger.
+PIPELINE = (["transformer", "crf_tagger"], [crf_head("crf_tagger", "crf_tagger", 'scheme = "bioes"\n')])
 
 
 def make_encoder(path: Path, layers: int, hidden: int, heads: int) -> Path:
@@ -139,7 +102,7 @@ def make_texts(n: int, low: int, high: int, seed: int = 0):
 
 def make_pipeline(encoder_dir: Path, out: Path) -> Path:
     """The transformer + CRF pipeline over the encoder, initialized (random heads), saved to ``out``."""
-    config = Config().from_str(CONFIG.replace("{name}", str(encoder_dir)))
+    config = Config().from_str(pipeline_config(encoder_dir, *PIPELINE))
     nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
     data = [("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]), ("我在北京工作", [(2, 4, "LOC")])]
     nlp.initialize(lambda: [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in data])

@@ -45,69 +45,19 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+from bench_common import crf_head, pipeline_config
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-CONFIG = """
-[nlp]
-lang = "zh"
-pipeline = ["transformer", "segmenter", "crf_ner", "merge_words"]
-batch_size = 64
+#: The joint pipeline: segmenter and entity tagger on one encoder, then the merge.
+PIPELINE = ["transformer", "segmenter", "crf_ner", "merge_words"]
+HEADS = [
+    crf_head("segmenter", "crf_segmenter", 'spans_key = "words"\n'),
+    crf_head("crf_ner", "crf_ner", 'scheme = "bioes"\nspans_key = "words"\n'),
+    '\n[components.merge_words]\nfactory = "crf_merge_words"\nspans_key = "words"\n',
+]
 
-[components]
-
-[components.transformer]
-factory = "transformer"
-max_batch_items = 4096
-
-[components.transformer.model]
-@architectures = "spacy-transformers.TransformerModel.v3"
-name = "{name}"
-mixed_precision = false
-
-[components.transformer.model.get_spans]
-@span_getters = "spacy-transformers.strided_spans.v1"
-window = 128
-stride = 96
-
-[components.transformer.model.tokenizer_config]
-use_fast = true
-
-[components.segmenter]
-factory = "crf_segmenter"
-spans_key = "words"
-
-[components.segmenter.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.segmenter.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.segmenter.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-
-[components.crf_ner]
-factory = "crf_ner"
-scheme = "bioes"
-spans_key = "words"
-
-[components.crf_ner.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-
-[components.crf_ner.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.crf_ner.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-
-[components.merge_words]
-factory = "crf_merge_words"
-spans_key = "words"
-"""
 WORDS = [["张三", "去", "上海"], ["我", "在", "北京", "工作"], ["今天", "天气", "好"]]
 ENTS = [
     ("张三去上海", [(0, 2, "PER"), (3, 5, "LOC")]),
@@ -139,7 +89,7 @@ def build_pipeline(
     spacy.util.fix_random_seed(0)
     encoder = make_encoder(out.parent / "encoder", layers, hidden, heads)
     nlp = spacy.util.load_model_from_config(
-        Config().from_str(CONFIG.replace("{name}", str(encoder))), auto_fill=True, validate=True
+        Config().from_str(pipeline_config(encoder, PIPELINE, HEADS, batch_size=64)), auto_fill=True, validate=True
     )
     examples = [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in WORDS]
     examples += [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in ENTS]

@@ -20,7 +20,6 @@ at most 5 %.
 """
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -31,6 +30,8 @@ from typing import List
 
 import spacy
 import torch
+from bench_common import crf_head, pipeline_config
+from bench_encoder_backends import make_encoder  # the same random encoder
 from spacy.training import Example
 from thinc.api import Config
 
@@ -40,57 +41,6 @@ from spacy_crf.ml.lexicon_features import REF, lexicon_of
 from spacy_crf.util import check_number
 
 HEADS = ("segmenter", "crf_ner")
-CONFIG = """
-[nlp]
-lang = "zh"
-pipeline = ["transformer", "segmenter", "crf_ner"]
-batch_size = 128
-
-[components]
-
-[components.transformer]
-factory = "transformer"
-max_batch_items = 4096
-
-[components.transformer.model]
-@architectures = "spacy-transformers.TransformerModel.v3"
-name = "{name}"
-mixed_precision = false
-
-[components.transformer.model.get_spans]
-@span_getters = "spacy-transformers.strided_spans.v1"
-window = 128
-stride = 96
-
-[components.transformer.model.tokenizer_config]
-use_fast = true
-"""
-HEAD = """
-[components.{head}]
-factory = "{factory}"
-
-[components.{head}.model]
-@architectures = "spacy_crf.CRFTagger.v1"
-lexicon_width = {width}
-
-[components.{head}.model.tok2vec]
-@architectures = "spacy-transformers.TransformerListener.v1"
-grad_factor = 1.0
-upstream = "*"
-
-[components.{head}.model.tok2vec.pooling]
-@layers = "reduce_mean.v1"
-"""
-
-
-def make_encoder(path: Path, layers: int, hidden: int, heads: int) -> Path:
-    """The random encoder of ``scripts/bench_encoder_backends.py``."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_encoder_backends", Path(__file__).with_name("bench_encoder_backends.py")
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.make_encoder(path, layers, hidden, heads)
 
 
 def read_texts(path: Path, limit: int) -> List[str]:
@@ -106,10 +56,11 @@ def read_texts(path: Path, limit: int) -> List[str]:
 
 
 def make_pipeline(encoder: Path, dictionary: Path, width: int):
-    text = CONFIG.replace("{name}", str(encoder)) + "".join(
-        HEAD.replace("{head}", head).replace("{factory}", factory).replace("{width}", str(width))
+    heads = [
+        crf_head(head, factory, model_settings=f"lexicon_width = {width}\n")
         for head, factory in zip(HEADS, ("crf_segmenter", "crf_ner"))
-    )
+    ]
+    text = pipeline_config(encoder, ["transformer", *HEADS], heads)
     nlp = spacy.util.load_model_from_config(Config().from_str(text), auto_fill=True, validate=True)
     for head in HEADS:
         nlp.config["initialize"]["components"][head] = {
