@@ -36,16 +36,14 @@ import srsly
 from wasabi import msg
 
 from spacy_crf.annotate import annotate, read_output
+from spacy_crf.corpora.base import read_docbin
 
 
 def load_texts(paths: List[str], limit: int) -> List[str]:
     texts: List[str] = []
     for path in paths:
         if path.endswith(".spacy"):
-            import spacy
-            from spacy.tokens import DocBin
-
-            texts.extend(doc.text for doc in DocBin().from_disk(path).get_docs(spacy.blank("zh").vocab))
+            texts.extend(doc.text for doc in read_docbin(path))
         elif path.endswith(".jsonl"):
             texts.extend(r["text"] for r in srsly.read_jsonl(path))
         else:

@@ -13,8 +13,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 
+from spacy_crf.corpora.base import read_docbin
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.util import check_number
 
@@ -88,7 +89,7 @@ def read_texts(paths: List[Path], limit: int, vocab) -> List[str]:
     """The texts of the first ``limit`` docs of each ``.spacy`` file (exit if one has none)."""
     texts = []
     for path in paths:
-        docs = list(DocBin().from_disk(path).get_docs(vocab))
+        docs = read_docbin(path, vocab)
         if not docs:
             sys.exit(f"{path}: no docs")
         texts.extend(doc.text for doc in docs[:limit])

@@ -47,9 +47,10 @@ from unittest import mock
 import spacy
 from bench_common import doc_view, timed
 from spacy.attrs import IS_SPACE
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 from spacy.util import minibatch
 
+from spacy_crf.corpora.base import read_docbin
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
@@ -175,7 +176,7 @@ def main() -> None:
     nlp = spacy.load(args.pipeline)
     texts: List[str] = []
     for path in args.data:
-        docs = [d.text for d in DocBin().from_disk(path).get_docs(nlp.vocab)]
+        docs = [d.text for d in read_docbin(path, nlp.vocab)]
         texts += docs[: args.limit] if args.limit else docs
     n_chars = sum(map(len, texts))
     trf = [n for n in nlp.pipe_names if nlp.get_pipe_meta(n).factory == "transformer"]

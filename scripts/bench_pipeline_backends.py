@@ -41,11 +41,12 @@ import torch
 from bench_common import check_args, finish
 from spacy.language import Language
 from spacy.scorer import get_ner_prf
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_crf.batching import DEFAULT_SORT_BUFFER, pipe_sorted
 from spacy_crf.cli.speed import component_seconds
+from spacy_crf.corpora.base import read_docbin
 from spacy_crf.encoders.onnx_backend import export_pipeline
 from spacy_crf.encoders.openvino_backend import export_openvino
 from spacy_crf.encoders.quantize import quantize_pipeline
@@ -72,7 +73,7 @@ ENCODER_PIPES = {"tokenizer", "transformer"}
 
 
 def read_docs(path: Path, nlp_or_vocab) -> List[Doc]:
-    docs = list(DocBin().from_disk(path).get_docs(getattr(nlp_or_vocab, "vocab", nlp_or_vocab)))
+    docs = read_docbin(path, getattr(nlp_or_vocab, "vocab", nlp_or_vocab))
     if not docs:
         sys.exit(f"{path}: no docs")
     return docs

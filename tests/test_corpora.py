@@ -1029,3 +1029,16 @@ def test_project_convert_corpora_checks_its_options_first(tmp_path, monkeypatch,
         convert_corpora.main()
     assert "train.txt: no documents" in str(exc.value.code)
     assert not (tmp_path / "corpus").exists()
+
+
+def test_read_docbin_names_the_file_it_cannot_read(tmp_path):
+    from spacy_crf.corpora.base import CorpusFormatError, read_docbin
+
+    nlp = spacy.blank("zh")
+    DocBin(docs=[nlp.make_doc("张三去上海"), nlp.make_doc("")]).to_disk(tmp_path / "dev.spacy")
+    assert [d.text for d in read_docbin(tmp_path / "dev.spacy", nlp.vocab)] == ["张三去上海", ""]
+    (tmp_path / "words.txt").write_text("上海\n北京\n", encoding="utf8")
+    with pytest.raises(CorpusFormatError, match=r"words\.txt: not a \.spacy \(DocBin\) file"):
+        read_docbin(tmp_path / "words.txt")
+    with pytest.raises(CorpusFormatError, match=r"missing\.spacy: no such file"):
+        read_docbin(tmp_path / "missing.spacy")

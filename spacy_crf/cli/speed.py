@@ -33,18 +33,17 @@ def load_texts(paths: Sequence[str], limit: int) -> List[str]:
 
     A file that is missing, is not a ``.spacy`` file or holds no doc is a
     :class:`SpeedError` naming it; so is a total of no characters."""
-    from spacy.tokens import DocBin
     from spacy.vocab import Vocab
+
+    from ..corpora.base import CorpusFormatError, read_docbin
 
     vocab = Vocab()
     texts: List[str] = []
     for path in paths:
-        if not Path(path).is_file():
-            raise SpeedError(f"{path}: no such file")
         try:
-            docs = list(DocBin().from_disk(path).get_docs(vocab))
-        except Exception as err:  # msgpack/zlib/KeyError: not a DocBin
-            raise SpeedError(f"{path}: not a .spacy (DocBin) file ({type(err).__name__}: {err})") from None
+            docs = read_docbin(path, vocab)
+        except CorpusFormatError as err:
+            raise SpeedError(str(err)) from None
         if not docs:
             raise SpeedError(f"{path}: no docs (empty .spacy file)")
         texts.extend(doc.text for doc in (docs[:limit] if limit else docs))

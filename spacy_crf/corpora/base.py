@@ -28,6 +28,21 @@ class CorpusFormatError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
+def read_docbin(path: PathLike, vocab: Optional[Vocab] = None) -> List[Doc]:
+    """The docs of a ``.spacy`` (``DocBin``) file. A missing file, or one that
+    is not a ``DocBin`` (spaCy's own error does not name the file), is a
+    :class:`CorpusFormatError` naming it."""
+    from spacy.tokens import DocBin
+
+    if not Path(path).is_file():
+        raise CorpusFormatError(path, None, "no such file")
+    try:
+        docbin = DocBin().from_disk(path)
+    except Exception as err:  # msgpack, zlib, spaCy's E1014: not a DocBin
+        raise CorpusFormatError(path, None, f"not a .spacy (DocBin) file ({type(err).__name__}: {err})") from None
+    return list(docbin.get_docs(vocab or Vocab()))
+
+
 class CorpusWarning(UserWarning):
     """Inconsistent but readable annotation that was repaired; names ``file:line``."""
 

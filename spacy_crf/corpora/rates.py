@@ -15,14 +15,13 @@ against the training word set of :func:`spacy_crf.corpora.read_word_set`
 ``doc.ents`` as scored by ``ents_p/r/f``.
 """
 
-from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc
 from spacy.vocab import Vocab
 
 from ..doc_keys import has_gold_words
-from .base import PathLike
+from .base import PathLike, read_docbin
 
 Mention = Tuple[str, str]
 
@@ -93,7 +92,7 @@ def split_rates(task: str, train_docs: Iterable[Doc], eval_docs: Iterable[Doc]) 
 
 def read_docs(path: PathLike, vocab: Optional[Vocab] = None) -> Iterable[Doc]:
     """The docs of a ``.spacy`` file."""
-    return DocBin().from_disk(Path(path)).get_docs(vocab or Vocab())
+    return read_docbin(path, vocab)
 
 
 def mention_set(docs: Iterable[Doc]) -> Set[Mention]:
