@@ -33,6 +33,12 @@ same tokens, entities and span groups, else the script exits 1. The CRF
 side's total counts the ways the pipeline runs. Inside the taggers, the time
 spent matching dictionaries, in the lexicon prior, building tag masks and
 decoding is reported too.
+
+Last, the floor: the spaCy objects that the CRF side hands on, built alone
+from their finished arrays (the span groups and entities written on the
+character docs, the merged docs and theirs). Any implementation through
+spaCy's Python API spends at least that, whatever it computes first; the
+rest of the CRF side is ours to cut.
 """
 
 import argparse
@@ -47,7 +53,7 @@ from unittest import mock
 import spacy
 from bench_common import doc_view, timed
 from spacy.attrs import IS_SPACE
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.util import minibatch
 
 from spacy_crf.corpora.base import read_docbin
@@ -162,6 +168,57 @@ def unshared(call: Callable[[], List[Doc]]) -> List[Doc]:
     return patched([(shared_listener, "signature", lambda tok2vec: None)], call)
 
 
+def objects_alone(vocab, encoded: List[Doc], finished: Dict[str, List[Doc]], in_place: List[str], repeats: int):
+    """Median wall seconds to build, from finished arrays, the spaCy objects
+    the CRF side hands on: the span groups and entities that the steps
+    writing in place leave on the character docs, and the docs of a step
+    that returns new ones (the merge: a ``Doc`` from its words, its
+    entities, its span groups). What any implementation through spaCy's
+    Python API spends at least, whatever it computes first."""
+    steps = list(finished)
+    marked = finished[in_place[-1]] if in_place else encoded
+    new_docs = [] if not steps or steps[-1] in in_place else finished[steps[-1]]
+    marks = [(doc.to_array(ENT_COLUMNS), span_table(doc)) for doc in marked]
+    made = [
+        ([t.text for t in doc], [bool(t.whitespace_) for t in doc], doc.to_array(ENT_COLUMNS), span_table(doc))
+        for doc in new_docs
+    ]
+    times: Dict[str, List[float]] = {"in place": [], "new docs": [], "on the new docs": []}
+    for _ in range(repeats):
+        bases = [doc.copy() for doc in encoded]  # (a fresh doc to write on, as the taggers get it)
+        start = time.perf_counter()
+        for doc, (ents, groups) in zip(bases, marks):
+            annotate(doc, ents, groups)
+        times["in place"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        docs = [Doc(vocab, words=words, spaces=spaces) for words, spaces, _, _ in made]
+        times["new docs"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for doc, (_, _, ents, groups) in zip(docs, made):
+            annotate(doc, ents, groups)
+        times["on the new docs"].append(time.perf_counter() - start)
+    # the floor counts only if it built the very output
+    if list(map(doc_view, bases)) != list(map(doc_view, marked)) or list(map(doc_view, docs)) != list(
+        map(doc_view, new_docs)
+    ):
+        sys.exit("the spaCy objects built alone differ from the pipeline's")
+    return {part: statistics.median(values) for part, values in times.items()}
+
+
+ENT_COLUMNS = ["ENT_IOB", "ENT_TYPE"]
+
+
+def span_table(doc: Doc):
+    return [(key, group.name, [(s.start, s.end, s.label) for s in group]) for key, group in doc.spans.items()]
+
+
+def annotate(doc: Doc, ents, groups) -> None:
+    """``doc``'s entities from their array and its span groups from (start, end, label) rows."""
+    doc.from_array(ENT_COLUMNS, ents)
+    for key, name, rows in groups:
+        doc.spans[key] = SpanGroup(doc, name=name, spans=[Span(doc, s, e, label=label) for s, e, label in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pipeline")
@@ -200,6 +257,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             copies = [d.copy() for d in encoded]
             seconds: Counter = Counter()
+            finished: Dict[str, List[Doc]] = {name: [] for name in steps}  # each step's output
+            in_place: Dict[str, bool] = {}  # the step writes on the docs it gets
             # batch by batch through all the steps, as nlp.pipe interleaves them
             for docs in minibatch(copies, size=args.batch_size):
                 for name in steps:
@@ -225,12 +284,15 @@ def main() -> None:
                             next_docs = out
                     if any(r != results[name] for r in results.values()):
                         sys.exit(f"{name}: {' and '.join(ways[name])} give different docs")
+                    in_place[name] = in_place.get(name, True) and all(a is b for a, b in zip(next_docs, docs))
                     docs = next_docs
+                    finished[name].extend(next_docs)
             for way, value in seconds.items():
                 per_1k[way].append(value / n_chars * 1000)
     finally:
         for owner, attr, function in saved:
             setattr(owner, attr, function)
+    floor = objects_alone(nlp.vocab, encoded, finished, [n for n in steps if in_place[n]], args.repeats)
     medians = {name: statistics.median(values) for name, values in per_1k.items()}
     crf_side = sum(medians[name] for name in steps)
     inner = {label: inside[label] / args.repeats / n_chars * 1000 for label, _, _ in INSIDE}
@@ -241,6 +303,13 @@ def main() -> None:
     share = crf_side / (crf_side + encoder_per_1k)
     print(f"  encoder pass {encoder_per_1k:.4f} (once); the CRF side is {100 * share:.1f} % of the pipeline")
     print("  inside the taggers: " + ", ".join(f"{label} {value:.4f}" for label, value in inner.items()))
+    floor_1k = {part: value / n_chars * 1000 for part, value in floor.items()}
+    floor_total = sum(floor_1k.values())
+    print(
+        f"  the spaCy objects alone {floor_total:.4f} ("
+        + ", ".join(f"{part} {value:.4f}" for part, value in floor_1k.items())
+        + f"): {100 * floor_total / (floor_total + encoder_per_1k):.1f} % of the pipeline"
+    )
     if args.output:
         record = {
             "texts": len(texts),
@@ -251,6 +320,7 @@ def main() -> None:
             "encoder_per_1k_chars": encoder_per_1k,
             "crf_side_share": share,
             "inside_taggers": inner,
+            "objects_alone_per_1k_chars": floor_1k,
         }
         write_json_atomic(args.output, {**record, "hardware": hardware()})
 

@@ -337,6 +337,14 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     assert 0 < record["crf_side_share"] < 1 and record["encoder_per_1k_chars"] > 0
     assert list(record["inside_taggers"]) == ["dictionary match", "lexicon prior", "tag masks", "decoding"]
     assert record["inside_taggers"]["decoding"] > 0
+    # the floor: the words and entities on the character docs, then the merged docs and theirs
+    assert list(record["objects_alone_per_1k_chars"]) == ["in place", "new docs", "on the new docs"]
+    assert all(value > 0 for value in record["objects_alone_per_1k_chars"].values())
+    assert "the spaCy objects alone" in out
+    # built alone, they must be the pipeline's output, or the floor is of something else
+    with monkeypatch.context() as patch, pytest.raises(SystemExit, match="the spaCy objects built alone differ"):
+        patch.setattr(script, "span_table", lambda doc: [])  # (the words left out)
+        script.main()
     # a merge whose batch path gave other docs than its per-doc calls stops the run
     from spacy_crf.pipeline.merge_words import MergeWords
 
