@@ -3,7 +3,7 @@
 import importlib.metadata
 import os
 import platform
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional
 
 #: CPU flags (as Linux names them) that decide which encoder backend is fastest:
 #: int8 dot products (VNNI), native bfloat16 and AMX tiles
@@ -16,6 +16,29 @@ def cpu_features(flags: Iterable[str]) -> List[str]:
     """The ``CPU_FEATURES`` among a CPU's ``flags``, in that order."""
     present = set(flags)
     return [feature for feature in CPU_FEATURES if feature in present]
+
+
+#: the flags of int8 dot-product instructions, which int8 inference needs to beat float32
+INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_flags() -> Optional[List[str]]:
+    """This CPU's flags as Linux lists them, or None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return None
+
+
+def has_int8_dot_products() -> Optional[bool]:
+    """Whether this CPU has int8 dot products (VNNI or AMX); None where its
+    flags cannot be read."""
+    flags = cpu_flags()
+    return None if flags is None else any(flag in flags for flag in INT8_DOT_PRODUCTS)
 
 
 def hardware() -> Dict[str, Any]:
@@ -32,11 +55,12 @@ def hardware() -> Dict[str, Any]:
             for line in f:
                 if line.startswith("model name"):
                     info["cpu"] = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    info["cpu_features"] = cpu_features(line.split(":", 1)[1].split())
                     break
     except OSError:
         pass
+    flags = cpu_flags()
+    if flags is not None:
+        info["cpu_features"] = cpu_features(flags)
     try:
         import torch
 

@@ -121,6 +121,38 @@ def test_int8_is_calibrated_runs_int8_and_predicts_close(float_dir, int8_dir):
     assert numpy.mean(numpy.equal(sum(tags_t, []), sum(tags_q, []))) >= 0.9
 
 
+def test_int8_on_a_cpu_without_int8_dot_products_says_what_is_faster(float_dir, openvino_dir, int8_dir, monkeypatch):
+    import warnings
+
+    from spacy_crf.encoders import openvino_backend
+
+    def first_prediction(path):
+        nlp = spacy.load(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            list(nlp.pipe(TEXTS[:2]))
+        return [w for w in caught if issubclass(w.category, openvino_backend.SlowInt8Warning)]
+
+    monkeypatch.setattr(openvino_backend, "has_int8_dot_products", lambda: False)
+    (warning,) = first_prediction(int8_dir)
+    assert "no int8 dot products" in str(warning.message) and "ONNX Runtime int8" in str(warning.message)
+    assert first_prediction(openvino_dir) == []  # float32 runs as fast as it can anyway
+    for answer in (True, None):  # with VNNI or AMX, or where the CPU's flags cannot be read
+        monkeypatch.setattr(openvino_backend, "has_int8_dot_products", lambda answer=answer: answer)
+        assert first_prediction(int8_dir) == []
+
+
+def test_has_int8_dot_products_reads_the_cpu_flags(monkeypatch):
+    from spacy_crf import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: ["fpu", "avx2", "avx512_vnni"])
+    assert hardware.has_int8_dot_products() is True
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: ["fpu", "avx2", "fma"])
+    assert hardware.has_int8_dot_products() is False
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: None)
+    assert hardware.has_int8_dot_products() is None
+
+
 def test_int8_needs_calibration_texts(float_dir, tiny_bert_dir):
     with pytest.raises(ValueError, match="needs calibration texts"):
         export_openvino(spacy.load(float_dir), quantize="int8")

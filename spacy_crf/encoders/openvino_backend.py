@@ -29,6 +29,7 @@ Inference only, as the ONNX encoder.
 
 import os
 import tempfile
+import warnings
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy
@@ -39,6 +40,7 @@ from spacy_transformers.layers import TransformerModel
 from thinc.api import Model
 
 from .._compat import hf_shim_state, pipeline_nodes
+from ..hardware import has_int8_dot_products
 from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim, set_exported_transformer
 from .onnx_graph import DIGEST, OnnxEncoder, check_cpu, check_digest, check_quantize, digest_state, export_onnx, require
 from .quantize import QuantizedHFShim
@@ -50,6 +52,7 @@ __all__ = [
     "PRECISIONS",
     "OpenVINOEncoder",
     "OpenVINOHFShim",
+    "SlowInt8Warning",
     "export_openvino",
     "record_encoder_inputs",
 ]
@@ -77,6 +80,18 @@ def inference_hint(precision: str, capabilities: Iterable[str]) -> str:
     only where the CPU has it. Always explicit, because OpenVINO's own
     default on such a CPU is bfloat16, also for a float32 model."""
     return _HINTS[precision] if precision == "float32" or "BF16" in capabilities else "f32"
+
+
+class SlowInt8Warning(UserWarning):
+    """An int8 OpenVINO encoder on a CPU without int8 dot products."""
+
+
+SLOW_INT8 = (
+    "This pipeline's encoder is OpenVINO static int8, and this CPU has no int8 dot products "
+    "(AVX-512 VNNI, AVX-VNNI or AMX): OpenVINO runs int8 here slower than float32. On such a CPU an "
+    "encoder exported to ONNX Runtime int8 is the fastest (spacy_crf.encoders.onnx_backend.export_pipeline "
+    'with quantize="int8", or the project\'s quantize var "onnx-int8"; see the Speed page of the docs).'
+)
 
 
 class _Port:
@@ -137,6 +152,8 @@ class OpenVINOEncoder(OnnxEncoder):
         if self.ir is None:
             raise ValueError("This OpenVINO encoder holds no model yet: initialize or load the pipeline first.")
         if self._session is None:
+            if self.quantize == "int8" and has_int8_dot_products() is False:
+                warnings.warn(SlowInt8Warning(SLOW_INT8), stacklevel=2)
             self._session = OpenVINOSession(*self.ir, self.precision)
         return self._session
 
