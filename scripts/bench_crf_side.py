@@ -53,7 +53,7 @@ from unittest import mock
 import spacy
 from bench_common import doc_view, timed
 from spacy.attrs import IS_SPACE
-from spacy.tokens import Doc, Span, SpanGroup
+from spacy.tokens import Doc
 from spacy.util import minibatch
 
 from spacy_crf.corpora.base import read_docbin
@@ -61,6 +61,7 @@ from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
+from spacy_crf.pipeline.span_arrays import span_group, span_rows
 from spacy_crf.util import batch_by_length
 
 MERGE_FACTORY = "crf_merge_words"
@@ -209,14 +210,16 @@ ENT_COLUMNS = ["ENT_IOB", "ENT_TYPE"]
 
 
 def span_table(doc: Doc):
-    return [(key, group.name, [(s.start, s.end, s.label) for s in group]) for key, group in doc.spans.items()]
+    """Each span group of ``doc`` as (key, name, attrs, rows), rows as :func:`span_rows` reads them."""
+    return [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()]
 
 
 def annotate(doc: Doc, ents, groups) -> None:
-    """``doc``'s entities from their array and its span groups from (start, end, label) rows."""
+    """``doc``'s entities from their array and its span groups from their rows,
+    as the merge writes them (:func:`span_group`)."""
     doc.from_array(ENT_COLUMNS, ents)
-    for key, name, rows in groups:
-        doc.spans[key] = SpanGroup(doc, name=name, spans=[Span(doc, s, e, label=label) for s, e, label in rows])
+    for key, name, attrs, rows in groups:
+        doc.spans[key] = span_group(doc, name, attrs, rows)
 
 
 def main() -> None:
