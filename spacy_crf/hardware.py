@@ -22,16 +22,29 @@ def cpu_features(flags: Iterable[str]) -> List[str]:
 INT8_DOT_PRODUCTS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 
-def cpu_flags() -> Optional[List[str]]:
-    """This CPU's flags as Linux lists them, or None where they cannot be read."""
+def _cpuinfo() -> Dict[str, str]:
+    """The first CPU's "model name" and "flags" in ``/proc/cpuinfo``, those it has
+    (none where the file cannot be read)."""
+    found: Dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf8") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return line.split(":", 1)[1].split()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags") and key not in found:
+                    found[key] = value.strip()
+                    if len(found) == 2:
+                        break
     except OSError:
         pass
-    return None
+    return found
+
+
+def cpu_flags(info: Optional[Dict[str, str]] = None) -> Optional[List[str]]:
+    """This CPU's flags as Linux lists them (from ``info``, :func:`_cpuinfo`'s
+    result, where given), or None where they cannot be read."""
+    info = _cpuinfo() if info is None else info
+    return info["flags"].split() if "flags" in info else None
 
 
 def has_int8_dot_products() -> Optional[bool]:
@@ -50,15 +63,10 @@ def hardware() -> Dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu": platform.processor() or platform.machine(),
     }
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    flags = cpu_flags()
+    cpuinfo = _cpuinfo()  # one read for the model and the flags
+    if "model name" in cpuinfo:
+        info["cpu"] = cpuinfo["model name"]
+    flags = cpu_flags(cpuinfo)
     if flags is not None:
         info["cpu_features"] = cpu_features(flags)
     try:
