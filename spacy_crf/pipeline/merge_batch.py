@@ -4,12 +4,13 @@ gives the rules), over a batch of docs at once.
 On short docs the per-doc work is a few dozen small numpy calls, each costing
 microseconds whatever its size. :func:`merge_docs` reads each doc's token
 arrays in one ``to_array`` call, lays the batch end to end, and computes the
-token cuts, the entities, the index maps and the entity guard once for the
-whole batch; what stays per doc is building the merged ``Doc`` (in one linear
-pass, or with spaCy's retokenizer for a parsed doc) and its span groups.
+token cuts, the entities, the index maps, the merged tokens' texts (slices
+of the batch's text) and attribute rows, the span groups' new offsets and
+the entity guard once for the whole batch. What stays per doc is building the merged ``Doc`` from its words with one ``from_array``
+(or with spaCy's retokenizer, for a parsed doc) and its span groups.
 """
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy
 from spacy.attrs import (
@@ -51,6 +52,8 @@ _ATTRS = [ORTH, SPACY, IS_SPACE, IDX, LENGTH] + _ENT_ATTRS + _TOKEN_ATTRS
 _ORTH, _SPACY, _IS_SPACE, _IDX, _LENGTH = range(5)
 _ENT_COLUMNS = list(range(5, 5 + len(_ENT_ATTRS)))
 _TOKEN_COLUMNS = list(range(5 + len(_ENT_ATTRS), len(_ATTRS)))
+# the entity columns of _merged_rows' rows, after the token attributes
+_ENT_COLUMNS_OF_ROWS = list(range(len(_TOKEN_ATTRS), len(_TOKEN_ATTRS) + len(_ENT_ATTRS)))
 
 
 class MergeWordsError(ValueError):
@@ -120,21 +123,30 @@ def merge_docs(
     )
     ent_rows[outside] = (_IOB_O, 0, 0, 0)
     token_starts = numpy.flatnonzero(cut[:n_all])  # first character token of each merged token
+    token_stops = numpy.append(token_starts[1:], n_all)  # one past its last
     token_start = char_start[token_starts]
-    token_end = char_end[numpy.append(token_starts[1:], n_all) - 1] if n_all else char_end[:0]
+    token_end = char_end[token_stops - 1] if n_all else char_end[:0]
     out = list(docs)
     merged_docs = numpy.flatnonzero(changed).tolist()
+    new_docs = [k for k in merged_docs if not (via_retokenizer or docs[k].has_annotation("DEP"))]
+    if new_docs:
+        words = _batch_words(docs[0].vocab.strings, table, token_starts, token_stops)
+        spaces = (table[token_stops - 1, _SPACY] != 0).tolist()
+        attrs, rows = _merged_rows(docs[0].vocab, table, ent_rows, token_starts, token_stops)
+    group_rows = _moved_groups(groups, merged_docs, doc_starts, new_index, new_starts)
     for k in merged_docs:
-        doc, first = docs[k], int(doc_starts[k])
-        starts = numpy.append(token_starts[new_starts[k] : new_starts[k + 1]], doc_starts[k + 1]) - first
+        doc, a, b = docs[k], int(new_starts[k]), int(new_starts[k + 1])
         if via_retokenizer or doc.has_annotation("DEP"):
-            merged = _merge_in_place(doc, starts)
+            merged = _merge_in_place(doc, numpy.append(token_starts[a:b], doc_starts[k + 1]) - doc_starts[k])
+            merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[token_starts[a:b]]))  # type: ignore[arg-type]
         else:
-            merged = _merge_into_new_doc(doc, starts, table[first : first + len(doc)])
-        merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[first + starts[:-1]]))  # type: ignore[arg-type]
-        for key, name, attrs, rows in groups[k]:
-            rows[:, :2] = new_index[rows[:, :2].astype(numpy.int64) + first] - new_starts[k]
-            merged.spans[key] = span_group(merged, name, attrs, rows)
+            merged = Doc(doc.vocab, words=words[a:b], spaces=spaces[a:b])
+            merged.from_array(attrs, rows[a:b])  # type: ignore[arg-type]  # an int array; thinc's Ints2d is nominal
+            _carry_over(doc, merged, token_stops[a:b], int(doc_starts[k]))
+            if doc.vocab.vectors_length:
+                _carry_vectors(doc, merged, token_starts[a:b] - doc_starts[k])
+        for key, name, group_attrs, moved in group_rows[k]:
+            merged.spans[key] = span_group(merged, name, group_attrs, moved)
         out[k] = merged
     if keep_words:
         _write_unaligned(
@@ -308,36 +320,72 @@ def _merge_in_place(doc: Doc, starts: numpy.ndarray) -> Doc:
     return doc
 
 
-def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray, table: numpy.ndarray) -> Doc:
-    """One linear pass: a new ``Doc`` from the words, with what
-    ``Retokenizer.merge`` would keep carried over (entities and span groups are
-    set by the caller). ``table``: the doc's ``_ATTRS`` array."""
-    vocab = doc.vocab
-    first, last = starts[:-1], starts[1:] - 1
-    bounds = starts.tolist()
-    # (doc.text would build a Token object per character)
-    strings = vocab.strings
-    chars = [strings[orth] for orth in table[:, _ORTH].tolist()]
-    words = ["".join(chars[s:e]) if e - s > 1 else chars[s] for s, e in zip(bounds, bounds[1:])]
-    merged = Doc(vocab, words=words, spaces=table[last, _SPACY].astype(bool).tolist())
+def _batch_words(strings, table: numpy.ndarray, token_starts: numpy.ndarray, token_stops: numpy.ndarray) -> List[str]:
+    """The text of each merged token of the batch: its characters' texts
+    joined, as slices of the batch's text (one string lookup per distinct
+    character; ``doc.text`` would build a Token object per character)."""
+    distinct, which = numpy.unique(table[:, _ORTH], return_inverse=True)
+    texts = numpy.array([strings[orth] for orth in distinct.tolist()], dtype=object)
+    text = "".join(texts[which.reshape(-1)].tolist())
+    offsets = numpy.zeros(len(table) + 1, dtype=numpy.int64)
+    numpy.cumsum(table[:, _LENGTH], out=offsets[1:])
+    return [text[a:b] for a, b in zip(offsets[token_starts].tolist(), offsets[token_stops].tolist())]
+
+
+def _merged_rows(
+    vocab, table: numpy.ndarray, ent_rows: numpy.ndarray, token_starts: numpy.ndarray, token_stops: numpy.ndarray
+) -> Tuple[List[int], numpy.ndarray]:
+    """The attributes and values a new doc's ``from_array`` takes, a row per
+    merged token of the batch: what ``Retokenizer.merge`` gives a merged
+    token (its first character's tag, POS, morphology and sentence start, no
+    norm of its own, its characters' lemmas joined) and its entity
+    annotation. Token attributes that no character of the batch has are left
+    out: a new doc's tokens have none, and ``from_array`` adds a token's
+    morphology to the vocab in Python, token by token."""
     char_rows = table[:, _TOKEN_COLUMNS]
-    rows = numpy.ascontiguousarray(char_rows[first])
-    # Retokenizer.merge: a merged token has no norm of its own, its lemma is
-    # its characters' lemmas joined (no whitespace inside a merged token), and
-    # a merged word without a vector gets the mean of its characters' vectors.
-    multi = numpy.flatnonzero(last > first).tolist()
+    rows = numpy.concatenate([char_rows[token_starts], ent_rows[token_starts]], axis=1)
+    multi = numpy.flatnonzero(token_stops - token_starts > 1)
     rows[multi, _TOKEN_ATTRS.index(NORM)] = 0
-    if char_rows[:, _TOKEN_ATTRS.index(LEMMA)].any():
-        rows[multi, _TOKEN_ATTRS.index(LEMMA)] = [
-            vocab.strings.add("".join(t.lemma_ for t in doc[bounds[j] : bounds[j + 1]])) for j in multi
-        ]
-    if vocab.vectors_length:
-        for j in multi:
-            if not vocab.get_vector(words[j]).any():
-                vocab.set_vector(words[j], doc[bounds[j] : bounds[j + 1]].vector)
-    merged.from_array(_TOKEN_ATTRS, rows)  # type: ignore[arg-type]  # an int array; thinc's Ints2d is nominal
+    lemma = _TOKEN_ATTRS.index(LEMMA)
+    if char_rows[:, lemma].any():
+        strings = vocab.strings
+        lemmas = [strings[h] for h in char_rows[:, lemma].tolist()]
+        bounds = zip(token_starts[multi].tolist(), token_stops[multi].tolist())
+        rows[multi, lemma] = [strings.add("".join(lemmas[s:e])) for s, e in bounds]
+    used = [i for i in range(len(_TOKEN_ATTRS)) if rows[:, i].any()] + _ENT_COLUMNS_OF_ROWS
+    return [(_TOKEN_ATTRS + _ENT_ATTRS)[i] for i in used], numpy.ascontiguousarray(rows[:, used])
+
+
+def _moved_groups(
+    groups: List[List[Tuple[str, str, dict, numpy.ndarray]]],
+    merged_docs: List[int],
+    doc_starts: numpy.ndarray,
+    new_index: numpy.ndarray,
+    new_starts: numpy.ndarray,
+) -> Dict[int, List[Tuple[str, str, dict, numpy.ndarray]]]:
+    """The span groups of each merged doc with their token offsets moved to
+    the merged tokens, all at once."""
+    owners = [(k, group) for k in merged_docs for group in groups[k]]
+    if not owners:
+        return {k: [] for k in merged_docs}
+    sizes = [len(group[3]) for _, group in owners]
+    rows = numpy.concatenate([group[3] for _, group in owners])
+    ks = numpy.repeat([k for k, _ in owners], sizes)
+    bounds = rows[:, :2].astype(numpy.int64) + doc_starts[ks, None]
+    rows[:, :2] = new_index[bounds] - new_starts[ks, None]
+    moved: Dict[int, List[Tuple[str, str, dict, numpy.ndarray]]] = {k: [] for k in merged_docs}
+    for (k, (key, name, attrs, _)), part in zip(owners, numpy.split(rows, numpy.cumsum(sizes)[:-1])):
+        moved[k].append((key, name, attrs, part))
+    return moved
+
+
+def _carry_over(doc: Doc, merged: Doc, stops: numpy.ndarray, first: int) -> None:
+    """What ``Retokenizer.merge`` keeps of the doc besides its tokens: the
+    ``doc.tensor`` row of each merged token's last character (``stops - 1 -
+    first``: ``stops`` count across the batch, whose doc starts at ``first``),
+    the user data, categories, hooks and private fields."""
     if doc.tensor is not None and getattr(doc.tensor, "size", 0) != 0:
-        tensor = doc.tensor
+        tensor, last = doc.tensor, stops - 1 - first
         merged.tensor = tensor[last] if isinstance(tensor, numpy.ndarray) else tensor[_to_xp(tensor, last)]
     else:
         merged.tensor = doc.tensor
@@ -350,7 +398,17 @@ def _merge_into_new_doc(doc: Doc, starts: numpy.ndarray, table: numpy.ndarray) -
     copy_doc_private_fields(doc, merged)
     merged.sentiment = doc.sentiment
     merged.noun_chunks_iterator = doc.noun_chunks_iterator  # type: ignore[attr-defined]  # not in Doc's stub
-    return merged
+
+
+def _carry_vectors(doc: Doc, merged: Doc, starts: numpy.ndarray) -> None:
+    """As ``Retokenizer.merge``: a merged word without a vector gets the mean
+    of its characters' vectors (``starts``: each merged token's first character)."""
+    vocab = doc.vocab
+    bounds = numpy.append(starts, len(doc)).tolist()
+    for j, token in enumerate(merged):
+        s, e = bounds[j], bounds[j + 1]
+        if e - s > 1 and not vocab.get_vector(token.text).any():
+            vocab.set_vector(token.text, doc[s:e].vector)
 
 
 def _to_xp(array, index: numpy.ndarray):
