@@ -3,20 +3,23 @@
 spaCy's ``Span`` objects cost microseconds each, which adds up to more than
 the rest of a pipeline's CRF side on a stream of short docs; these helpers
 read entities from the token attribute arrays instead (:func:`entity_rows`).
-Span groups go through ``Span`` objects (:func:`span_rows`,
-:func:`span_group`): their serialization would avoid them, but srsly looks
-up its msgpack extensions among the installed packages' entry points on
-every call, which costs more than the objects. Rows are
+Span groups are read through their own serialization (:func:`span_rows`,
+with srsly's msgpack hooks looked up once,
+:func:`~spacy_crf._compat.speed_up_msgpack_hooks`: else each call would
+cost more than the objects) and written through ``Span`` objects
+(:func:`span_group`: building them from bytes is slower). Rows are
 ``(start, end, label, kb_id, id)`` in tokens and string hashes, uint64.
 """
 
 from itertools import chain
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy
+import srsly
 from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc, Span, SpanGroup
 
+from .._compat import speed_up_msgpack_hooks
 from ..ml.schemes import bmes_word_bounds
 
 
@@ -96,8 +99,39 @@ def with_char_offsets(
 
 def span_rows(group: SpanGroup) -> numpy.ndarray:
     """(start, end, label, kb_id, id) of each span, uint64, shape (len(group), 5)."""
-    values = chain.from_iterable((s.start, s.end, s.label, s.kb_id, s.id) for s in group)
-    return numpy.fromiter(values, dtype=numpy.uint64, count=5 * len(group)).reshape((len(group), 5))
+    rows = _packed_rows(group) if len(group) else None
+    if rows is None:
+        values = chain.from_iterable((s.start, s.end, s.label, s.kb_id, s.id) for s in group)
+        rows = numpy.fromiter(values, dtype=numpy.uint64, count=5 * len(group)).reshape((len(group), 5))
+    return rows
+
+
+#: a span as ``SpanGroup.to_bytes`` packs it (``struct`` format ``">QQQllll"``)
+_PACKED_SPAN = numpy.dtype(
+    [("id", ">u8"), ("kb_id", ">u8"), ("label", ">u8"), ("start", ">i4"), ("end", ">i4"), ("chars", ">i4", (2,))]
+)
+
+
+def _packed_rows(group: SpanGroup) -> Optional[numpy.ndarray]:
+    """:func:`span_rows` read from the group's own serialization, without a
+    ``Span`` object per span (several times faster); None where the layout is
+    not the one expected, checked against the first span (the caller then
+    reads the spans)."""
+    speed_up_msgpack_hooks()  # (to_bytes looks its hooks up; a no-op once done)
+    # (no msgpack hooks to read: the message holds the group's attrs and the spans as bytes)
+    message = srsly.msgpack.unpackb(group.to_bytes(), raw=False, object_pairs_hook=dict)
+    packed = message.get("spans") if isinstance(message, dict) else None
+    data = b"".join(packed) if isinstance(packed, list) and len(packed) == len(group) else b""
+    if len(data) != len(group) * _PACKED_SPAN.itemsize:
+        return None
+    records = numpy.frombuffer(data, dtype=_PACKED_SPAN)
+    rows = numpy.empty((len(records), 5), dtype=numpy.uint64)
+    for column, field in enumerate(("start", "end", "label", "kb_id", "id")):
+        rows[:, column] = records[field]
+    first = group[0]
+    if rows[0].tolist() != [first.start, first.end, first.label, first.kb_id, first.id]:
+        return None
+    return rows
 
 
 def span_group(doc: Doc, name: str, attrs: dict, rows: numpy.ndarray) -> SpanGroup:
