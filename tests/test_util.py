@@ -15,7 +15,7 @@ from spacy_crf.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from spacy_crf.util import check_number, joined_rows, matmul, run_offsets
+from spacy_crf.util import RowBlocks, check_number, flat_rows, joined_rows, matmul, run_offsets, split_rows
 
 
 def test_check_output_paths_sees_through_relative_paths_dotdot_and_links(tmp_path, monkeypatch):
@@ -140,6 +140,52 @@ def test_joined_rows_reads_unflattened_blocks_without_copying():
     assert numpy.array_equal(joined_rows(blocks[:3]), X[:8])
     inner = X[2:]  # a view of a view: still one buffer
     assert numpy.array_equal(joined_rows(ops.unflatten(inner, [6, 4])), inner)
+
+
+def test_split_rows_is_unflatten_and_hands_its_array_back():
+    from thinc.api import NumpyOps
+
+    ops = NumpyOps()
+    X = numpy.arange(24, dtype="float32").reshape(12, 2)
+    blocks = split_rows(ops, X, [3, 0, 5, 4])
+    assert isinstance(blocks, RowBlocks)
+    assert [b.tolist() for b in blocks] == [b.tolist() for b in ops.unflatten(X, [3, 0, 5, 4])]
+    assert all(numpy.shares_memory(b, X) for b in blocks if len(b))
+    flat = flat_rows(ops, blocks)
+    assert numpy.array_equal(flat, X) and numpy.shares_memory(flat, X) and not flat.flags.writeable
+    assert split_rows(ops, X[:0], []) == [] and flat_rows(ops, split_rows(ops, X[:0], [0])).shape == (0, 2)
+    with pytest.raises(ValueError, match="sum to 11"):
+        split_rows(ops, X, [3, 8])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda b, new: b.__setitem__(0, new),
+        lambda b, new: b.__delitem__(1),
+        lambda b, new: b.append(new),
+        lambda b, new: b.extend([new]),
+        lambda b, new: b.insert(0, new),
+        lambda b, new: b.pop(),
+        lambda b, new: b.remove(b[0]),
+        lambda b, new: b.reverse(),
+        lambda b, new: b.sort(key=len),
+        lambda b, new: b.clear(),
+        lambda b, new: b.__iadd__([new]),
+        lambda b, new: b.__imul__(2),
+    ],
+)
+def test_a_changed_row_blocks_list_is_flattened_from_its_blocks(change):
+    """Any change to the list drops the kept array: flat_rows then reads the blocks."""
+    from thinc.api import NumpyOps
+
+    ops = NumpyOps()
+    X = numpy.arange(24, dtype="float32").reshape(12, 2)
+    blocks = split_rows(ops, X, [3, 5, 4])
+    change(blocks, numpy.full((2, 2), -1.0, dtype="float32"))
+    assert blocks.flat is None
+    expected = numpy.concatenate(list(blocks)) if len(blocks) else numpy.zeros((0, 2), dtype="float32")
+    assert numpy.array_equal(flat_rows(ops, blocks).reshape(-1, 2), expected)
 
 
 @pytest.mark.parametrize(

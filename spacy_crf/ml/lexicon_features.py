@@ -63,7 +63,7 @@ from spacy.util import registry
 from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
 from thinc.types import Floats2d
 
-from ..util import flat_rows, matmul, run_offsets
+from ..util import flat_rows, matmul, run_offsets, split_rows
 from . import shared_listener
 from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
@@ -172,7 +172,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         model.inc_grad(PROJECTION_B, dZ.sum(axis=0))
         return []
 
-    return model.ops.unflatten(H, lengths), backprop
+    return split_rows(model.ops, H, lengths), backprop
 
 
 def with_lexicon_features(tok2vec: Model, features: Model) -> Model[List[Doc], List[Floats2d]]:
@@ -205,7 +205,7 @@ def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
     Ys: List[Floats2d] = []
     if len(Xs):
         X, H = (flat_rows(model.ops, arrays) for arrays in (Xs, Hs))
-        Ys = model.ops.unflatten(model.ops.xp.hstack((X, H)), [len(doc_X) for doc_X in Xs])
+        Ys = split_rows(model.ops, model.ops.xp.hstack((X, H)), [len(doc_X) for doc_X in Xs])
 
     def backprop(dYs: List[Floats2d]):
         backprop_features([model.ops.as_contig(dY[:, width:]) for dY in dYs])

@@ -30,6 +30,7 @@ from thinc.api import Model, NumpyOps
 from thinc.types import Floats2d
 
 from .._compat import layer_forward, transformer_data
+from ..util import split_rows
 from .batch_cache import BatchCache, read_only
 
 #: spacy-transformers' listener chain, as ``TransformerListener.v1`` builds it
@@ -107,4 +108,4 @@ def mean_pooled(tok2vec: Model, data: Sequence[object]) -> Optional[List[Floats2
         numpy.take(source, index, axis=0, out=rows[start : start + len(index)])
         start += len(index)
     means = pooling.ops.reduce_mean(rows, numpy.concatenate(lengths).astype(numpy.int32))
-    return pooling.ops.unflatten(means, [len(doc_lengths) for doc_lengths in lengths])
+    return split_rows(pooling.ops, means, [len(doc_lengths) for doc_lengths in lengths])

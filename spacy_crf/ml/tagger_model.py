@@ -29,7 +29,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import flat_rows, matmul
+from ..util import flat_rows, matmul, split_rows
 from . import crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from .schemes import TransitionMask
@@ -138,7 +138,7 @@ def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
         model.inc_grad(EMISSION_B, dY.sum(axis=0))
         return model.ops.unflatten(matmul(model.ops, dY, W), lengths)
 
-    return model.ops.unflatten(Y, lengths), backprop
+    return split_rows(model.ops, Y, lengths), backprop
 
 
 class CRFGradient:
