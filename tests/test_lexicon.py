@@ -70,7 +70,7 @@ def _reference_matches(lexicon, doc):
     # the definition, one substring at a time (quadratic: small docs only)
     found = []
     for start in range(len(doc)):
-        for end in range(start + 2, len(doc) + 1):
+        for end in range(start + lexicon.min_tokens, len(doc) + 1):
             span = doc[start:end]
             if any(t.is_space for t in span) or any(t.whitespace_ for t in span[:-1]):
                 break
@@ -125,6 +125,16 @@ def test_matches_only_on_token_boundaries_and_outside_the_basic_plane():
     doc = Doc(vocab, words=["上海", "市", "𠀀", "𠀁"], spaces=[False] * 4)
     lexicon = Lexicon(["海市", "上海市", "𠀀𠀁", "市𠀀"])
     assert lexicon.matches(doc) == [(0, 2), (1, 3), (2, 4)]  # "海市" starts inside a token
+
+
+def test_a_tagged_dictionary_matches_single_characters_and_longer_words_as_defined():
+    """Single characters (one-token matches) and longer words, dictionaries of
+    only one kind, characters outside the basic plane."""
+    vocab = spacy.blank("zh").vocab
+    doc = Doc(vocab, words=["上海", "市", "𠀀", "😀", "市"], spaces=[False, False, False, True, False])
+    for words in (["市", "𠀀", "😀", "上海"], ["市", "𠀀"], ["上海", "𠀀😀"], ["上海市", "市"]):
+        lexicon = TaggedLexicon((w, 1.0, "n") for w in words)
+        assert lexicon.matches(doc) == _reference_matches(lexicon, doc), words
 
 
 def test_a_long_word_in_the_lexicon_does_not_make_matching_quadratic():
