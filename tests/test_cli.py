@@ -68,6 +68,27 @@ def test_speed_times_length_sorted_batches(tmp_path):
     assert list(seconds) == ["tokenizer", "crf_segmenter"]
 
 
+def test_the_split_is_each_components_median_over_the_repeats(tmp_path, monkeypatch):
+    from spacy_crf.cli import speed
+
+    _, path, _ = _pipeline(tmp_path)
+    passes = iter(
+        [
+            {"tokenizer": 1.0, "crf_segmenter": 9.0},
+            {"tokenizer": 3.0, "crf_segmenter": 2.0},
+            {"tokenizer": 2.0, "crf_segmenter": 4.0},
+        ]
+    )
+    monkeypatch.setattr(speed, "component_seconds", lambda *a, **k: next(passes))
+    monkeypatch.setattr(speed, "chars_per_second", lambda *a, **k: 1.0)
+    result = speed.measure_speed(str(path), [str(tmp_path / "dev.spacy")], batch_sizes=[2], n_process=[1], repeats=3)
+    chars = result["chars"]
+    assert result["seconds_per_1k_chars"] == {
+        "tokenizer": round(2.0 / chars * 1000, 4),
+        "crf_segmenter": round(4.0 / chars * 1000, 4),
+    }
+
+
 def test_speed_writes_json(tmp_path):
     _, path, texts = _pipeline(tmp_path)
     out = tmp_path / "speed.json"
