@@ -221,6 +221,8 @@ def test_misuse_is_a_clear_error(float_dir, openvino_dir, tmp_path):
         export_openvino(spacy.load(float_dir), precision="fp16")
     with pytest.raises(OnnxTrainingError, match="runs in OpenVINO and is inference-only.*export_openvino"):
         nlp.update(examples(nlp))
+    with pytest.raises(ValueError, match="This transformer runs in OpenVINO: it runs on CPU only"):
+        nlp.get_pipe("transformer").model.layers[0].shims[0].to_device("gpu", 0)
     shutil.copytree(float_dir, tmp_path / "p")
     path = tmp_path / "p" / "config.cfg"
     path.write_text(

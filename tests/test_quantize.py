@@ -120,6 +120,13 @@ def test_training_a_quantized_encoder_is_a_clear_error(float_dir):
         nlp.update(examples(nlp))
     with pytest.raises(QuantizedTrainingError, match="inference-only"):
         nlp.get_pipe("transformer").update(examples(nlp))
+    shim = nlp.get_pipe("transformer").model.layers[0].shims[0]
+    with pytest.raises(
+        QuantizedTrainingError, match=r"is dynamically quantized \(qint8\) and is inference-only.*quantize_pipeline"
+    ):
+        shim.finish_update(None)
+    with pytest.raises(ValueError, match=r"is dynamically quantized \(qint8\): it runs on CPU only"):
+        shim.to_device("gpu", 0)
 
 
 def test_heads_still_train_over_a_frozen_annotating_quantized_encoder(float_dir):

@@ -54,6 +54,7 @@ from .onnx_graph import (
 from .quantize import QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH, QuantizedHFShim
 from .swap import (
     TORCH_ARCHS,
+    InferenceOnlyShim,
     build_tok2vec_transformer,
     build_transformer_model,
     plan_swap,
@@ -94,13 +95,15 @@ class _EmptyEncoder:
         return self.build(config)
 
 
-class OnnxHFShim(HFShim):
+class OnnxHFShim(InferenceOnlyShim):
     """An ``HFShim`` whose model is an ``OnnxEncoder``; inference only.
     Subclasses run the graph in another runtime (``runtime``, named in
     errors): they override ``empty_encoder`` and ``exported``."""
 
     runtime = "ONNX Runtime"
     export_function = "spacy_crf.encoders.onnx_backend.export_pipeline"
+    training_error = OnnxTrainingError
+    kind = "ONNX"
 
     def __init__(self, model, *, quantize: str = "none", **kwargs):
         self.quantize = check_quantize(quantize)
@@ -108,6 +111,12 @@ class OnnxHFShim(HFShim):
         super().__init__(model, **kwargs)
         if model.transformer is not None:
             self.set_encoder(model.transformer)
+
+    def description(self) -> str:
+        return f"runs in {self.runtime}"
+
+    def how_to_train(self) -> str:
+        return f"Train the torch pipeline and export it afterwards ({self.export_function})"
 
     def empty_encoder(self, config) -> OnnxEncoder:
         return OnnxEncoder(config, quantize=self.quantize)
@@ -125,28 +134,7 @@ class OnnxHFShim(HFShim):
         check_cpu(f"Exporting a transformer to {self.runtime}")
         if not isinstance(transformer, OnnxEncoder):
             transformer = self.exported(transformer.to("cpu"))
-        self._model = transformer
-        self._hfmodel.transformer = transformer
-
-    def begin_update(self, inputs):
-        raise OnnxTrainingError(
-            f"This transformer runs in {self.runtime} and is inference-only: it cannot be trained. Train the "
-            f"torch pipeline and export it afterwards ({self.export_function}); to "
-            "train other components on top of it, freeze it ([training] frozen_components and "
-            "annotating_components)."
-        )
-
-    def finish_update(self, optimizer):
-        self.begin_update(None)
-
-    def to_device(self, device_type: str, device_id: int):
-        if device_type != "cpu":
-            raise ValueError("The ONNX encoder runs on CPU only.")
-        super().to_device(device_type, device_id)
-
-    def from_bytes(self, bytes_data):
-        check_cpu("Loading an ONNX transformer")
-        return super().from_bytes(bytes_data)
+        self.use_encoder(transformer)
 
 
 def set_exported_transformer(model: TransformerModel, hf_model) -> None:

@@ -33,8 +33,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy
 import torch
-from thinc.api import get_torch_default_device
 from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from . import swap
 
 QUANTIZE = ("none", "int8")
 # 17 has LayerNormalization as one op; every ONNX Runtime this package allows runs it
@@ -71,12 +72,7 @@ def check_quantize(quantize: str) -> str:
 
 
 def check_cpu(what: str) -> None:
-    device = get_torch_default_device()
-    if device.type != "cpu":
-        raise ValueError(
-            f"{what}: the ONNX encoder runs on CPU only, but the default torch device is {device}. "
-            "Load ONNX pipelines without spacy.require_gpu()/prefer_gpu()."
-        )
+    swap.check_cpu(what, "ONNX")
 
 
 def require(module: str, backend: str = "ONNX", extra: str = "onnx"):

@@ -61,17 +61,18 @@ import torch
 from spacy.language import Language
 from spacy.util import registry
 from spacy_transformers.layers import TransformerModel
-from spacy_transformers.layers.hf_shim import HFShim
 from spacy_transformers.layers.transformer_model import set_pytorch_transformer
-from thinc.api import Model, get_torch_default_device
+from thinc.api import Model
 from transformers import AutoModel
 
 from .._compat import cpu_runs_bfloat16_natively
 from ..training.autocast import as_float32
 from .swap import (
     TORCH_ARCHS,
+    InferenceOnlyShim,
     build_tok2vec_transformer,
     build_transformer_model,
+    check_cpu,
     plan_swap,
     rewrite_blocks,
     swap_hf_shim,
@@ -99,12 +100,7 @@ def _describe(dtype: str) -> str:
 
 
 def _check_cpu(what: str) -> None:
-    device = get_torch_default_device()
-    if device.type != "cpu":
-        raise ValueError(
-            f"{what}: dynamically quantized encoders run on CPU only, but the default torch device "
-            f"is {device}. Load quantized pipelines without spacy.require_gpu()/prefer_gpu()."
-        )
+    check_cpu(what, "quantized")
 
 
 def _quantize_module(module: torch.nn.Module, dtype: str, embeddings: bool = False) -> torch.nn.Module:
@@ -159,9 +155,12 @@ class _QuantizedAutoModel:
         return _quantize_module(AutoModel.from_config(config), self.dtype, self.embeddings)
 
 
-class QuantizedHFShim(HFShim):
+class QuantizedHFShim(InferenceOnlyShim):
     """An ``HFShim`` whose model is dynamically quantized, or predicts under
     bfloat16 autocast; inference only."""
+
+    training_error = QuantizedTrainingError
+    kind = "quantized"
 
     def __init__(self, model, *, dtype: str = "qint8", embeddings: bool = False, **kwargs):
         _check_dtype(dtype)
@@ -179,6 +178,12 @@ class QuantizedHFShim(HFShim):
         if model.transformer is not None and not is_quantized(model.transformer):
             self.set_quantized(model.transformer)
 
+    def description(self) -> str:
+        return f"is {_describe(self.dtype)}"
+
+    def how_to_train(self) -> str:
+        return "Train the float pipeline and quantize it afterwards (spacy_crf.encoders.quantize.quantize_pipeline)"
+
     def predict(self, inputs):
         if not self.autocast:
             return super().predict(inputs)
@@ -192,27 +197,9 @@ class QuantizedHFShim(HFShim):
         transformer = transformer.to("cpu")
         if not is_quantized(transformer):
             transformer = _quantize_module(transformer, self.dtype, self.embeddings)
-        self._model = transformer
-        self._hfmodel.transformer = transformer
-
-    def begin_update(self, inputs):
-        raise QuantizedTrainingError(
-            f"This transformer is {_describe(self.dtype)} and inference-only: it cannot be "
-            "trained. Train the float pipeline and quantize it afterwards (spacy_crf.encoders.quantize.quantize_pipeline); "
-            "to train other components on top of it, freeze it ([training] frozen_components and "
-            "annotating_components)."
-        )
-
-    def finish_update(self, optimizer):
-        self.begin_update(None)
-
-    def to_device(self, device_type: str, device_id: int):
-        if device_type != "cpu":
-            raise ValueError(f"This transformer is {_describe(self.dtype)}: it runs on CPU only.")
-        super().to_device(device_type, device_id)
+        self.use_encoder(transformer)
 
     def from_bytes(self, bytes_data):
-        _check_cpu("Loading a quantized transformer")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated.*")
             warnings.filterwarnings("ignore", message=r".*TypedStorage is deprecated.*")  # torch.load of qtensors

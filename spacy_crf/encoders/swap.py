@@ -1,18 +1,20 @@
 """What the inference-only encoders share (:mod:`.quantize`, torch dynamic
-quantization; :mod:`.onnx_backend`, ONNX Runtime): putting their shim in
-place of the ``HFShim`` of a spacy-transformers ``TransformerModel``,
-building the stock architectures with that shim, and finding and rewriting
-the config blocks of a pipeline's transformers, so that ``nlp.to_disk`` /
-``spacy.load`` rebuild the swapped encoder.
+quantization; :mod:`.onnx_backend`, ONNX Runtime; :mod:`.openvino_backend`):
+their shim's base (:class:`InferenceOnlyShim`: no training, CPU only),
+putting their shim in place of the ``HFShim`` of a spacy-transformers
+``TransformerModel``, building the stock architectures with that shim, and
+finding and rewriting the config blocks of a pipeline's transformers, so
+that ``nlp.to_disk`` / ``spacy.load`` rebuild the swapped encoder.
 """
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple, Type
 
+import torch
 from spacy.language import Language
 from spacy_transformers.architectures import create_TransformerModel_v3, transformer_tok2vec_v3
 from spacy_transformers.layers import TransformerModel
 from spacy_transformers.layers.hf_shim import HFShim
-from thinc.api import Model
+from thinc.api import Model, get_torch_default_device
 
 from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
 from ..ml import fast_align
@@ -24,6 +26,60 @@ TORCH_ARCHS = {
     **{f"spacy-transformers.TransformerModel.v{v}": "model" for v in (1, 2, 3)},
     **{f"spacy-transformers.Tok2VecTransformer.v{v}": "tok2vec" for v in (1, 2, 3)},
 }
+
+
+def check_cpu(what: str, kind: str) -> None:
+    """An error naming ``what`` unless torch's default device is the CPU:
+    ``kind`` encoders (``"ONNX"``, ``"quantized"``) run on CPU only."""
+    device = get_torch_default_device()
+    if device.type != "cpu":
+        raise ValueError(
+            f"{what}: {kind} encoders run on CPU only, but the default torch device is {device}. "
+            f"Load {kind} pipelines without spacy.require_gpu()/prefer_gpu()."
+        )
+
+
+class InferenceOnlyShim(HFShim):
+    """An ``HFShim`` whose model only predicts (exported or quantized): a
+    training pass raises :attr:`training_error`, saying how to train instead;
+    it runs on CPU only. Subclasses say what they are (:meth:`description`,
+    :attr:`kind`) and how to train (:meth:`how_to_train`)."""
+
+    training_error: Type[Exception] = RuntimeError
+    #: for errors: "ONNX encoders run on CPU only"
+    kind = "inference-only"
+
+    def description(self) -> str:
+        """What the encoder is, after "This transformer": "runs in ONNX Runtime"."""
+        raise NotImplementedError
+
+    def how_to_train(self) -> str:
+        """A sentence: how to get a pipeline like this one trained."""
+        raise NotImplementedError
+
+    def use_encoder(self, encoder: torch.nn.Module) -> None:
+        """Make ``encoder`` the model the shim runs."""
+        self._model = encoder
+        self._hfmodel.transformer = encoder
+
+    def begin_update(self, inputs):
+        raise self.training_error(
+            f"This transformer {self.description()} and is inference-only: it cannot be trained. "
+            f"{self.how_to_train()}; to train other components on top of it, freeze it ([training] "
+            "frozen_components and annotating_components)."
+        )
+
+    def finish_update(self, optimizer):
+        self.begin_update(None)
+
+    def to_device(self, device_type: str, device_id: int):
+        if device_type != "cpu":
+            raise ValueError(f"This transformer {self.description()}: it runs on CPU only.")
+        super().to_device(device_type, device_id)
+
+    def from_bytes(self, bytes_data):
+        check_cpu(f"Loading a transformer that {self.description()}", self.kind)
+        return super().from_bytes(bytes_data)
 
 
 def swap_hf_shim(
