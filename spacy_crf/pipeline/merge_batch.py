@@ -6,8 +6,9 @@ microseconds whatever its size. :func:`merge_docs` reads each doc's token
 arrays in one ``to_array`` call, lays the batch end to end, and computes the
 token cuts, the entities, the index maps, the merged tokens' texts (slices
 of the batch's text) and attribute rows, the span groups' new offsets and
-the entity guard once for the whole batch. What stays per doc is building the merged ``Doc`` from its words with one ``from_array``
-(or with spaCy's retokenizer, for a parsed doc) and its span groups.
+the entity guard once for the whole batch. What stays per doc is building
+the merged ``Doc`` from its words with one ``from_array`` (or with spaCy's
+retokenizer, for a parsed doc) and its span groups.
 """
 
 from typing import Dict, List, Sequence, Tuple
