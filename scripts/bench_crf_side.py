@@ -61,7 +61,7 @@ from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
 from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
-from spacy_crf.pipeline.span_arrays import span_group, span_rows
+from spacy_crf.pipeline.span_arrays import span_group, span_tables
 from spacy_crf.util import batch_by_length
 
 MERGE_FACTORY = "crf_merge_words"
@@ -179,9 +179,9 @@ def objects_alone(vocab, encoded: List[Doc], finished: Dict[str, List[Doc]], in_
     steps = list(finished)
     marked = finished[in_place[-1]] if in_place else encoded
     new_docs = [] if not steps or steps[-1] in in_place else finished[steps[-1]]
-    marks = [(doc.to_array(ENT_COLUMNS), span_table(doc)) for doc in marked]
+    marks = [(doc.to_array(ENT_COLUMNS), span_tables(doc)) for doc in marked]
     made = [
-        ([t.text for t in doc], [bool(t.whitespace_) for t in doc], doc.to_array(ENT_COLUMNS), span_table(doc))
+        ([t.text for t in doc], [bool(t.whitespace_) for t in doc], doc.to_array(ENT_COLUMNS), span_tables(doc))
         for doc in new_docs
     ]
     times: Dict[str, List[float]] = {"in place": [], "new docs": [], "on the new docs": []}
@@ -207,11 +207,6 @@ def objects_alone(vocab, encoded: List[Doc], finished: Dict[str, List[Doc]], in_
 
 
 ENT_COLUMNS = ["ENT_IOB", "ENT_TYPE"]
-
-
-def span_table(doc: Doc):
-    """Each span group of ``doc`` as (key, name, attrs, rows), rows as :func:`span_rows` reads them."""
-    return [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()]
 
 
 def annotate(doc: Doc, ents, groups) -> None:

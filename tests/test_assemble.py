@@ -343,7 +343,7 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     assert "the spaCy objects alone" in out
     # built alone, they must be the pipeline's output, or the floor is of something else
     with monkeypatch.context() as patch, pytest.raises(SystemExit, match="the spaCy objects built alone differ"):
-        patch.setattr(script, "span_table", lambda doc: [])  # (the words left out)
+        patch.setattr(script, "span_tables", lambda doc: [])  # (the words left out)
         script.main()
     # a merge whose batch path gave other docs than its per-doc calls stops the run
     from spacy_crf.pipeline.merge_words import MergeWords

@@ -35,7 +35,7 @@ from spacy.tokens import Doc
 
 from .._compat import copy_doc_private_fields
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
-from .span_arrays import batch_entity_rows, batch_table, span_group, span_rows, with_char_offsets
+from .span_arrays import batch_entity_rows, batch_table, span_group, span_tables, with_char_offsets
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
@@ -95,9 +95,7 @@ def merge_docs(
     ent_rows = table[:, _ENT_COLUMNS]
     # Every span group of every doc as rows (start, end, label, kb_id, id),
     # words included; bounds across the batch.
-    groups = [
-        [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()] for doc in docs
-    ]
+    groups = [span_tables(doc) for doc in docs]
     ents = batch_entity_rows(docs, ent_rows, doc_starts)
     ent_bounds = ents[:, :2].astype(numpy.int64)
     ent_doc = numpy.searchsorted(doc_starts, ent_bounds[:, 0], side="right") - 1

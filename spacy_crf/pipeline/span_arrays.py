@@ -12,7 +12,7 @@ cost more than the objects) and written through ``Span`` objects
 """
 
 from itertools import chain
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy
 import srsly
@@ -106,6 +106,12 @@ def span_rows(group: SpanGroup) -> numpy.ndarray:
     return rows
 
 
+def span_tables(doc: Doc) -> List[Tuple[str, str, dict, numpy.ndarray]]:
+    """Each span group of ``doc`` as ``(key, name, attrs, rows)``, rows as
+    :func:`span_rows` reads them (what :func:`span_group` writes back)."""
+    return [(key, group.name, dict(group.attrs), span_rows(group)) for key, group in doc.spans.items()]
+
+
 #: a span as ``SpanGroup.to_bytes`` packs it (``struct`` format ``">QQQllll"``)
 _PACKED_SPAN = numpy.dtype(
     [("id", ">u8"), ("kb_id", ">u8"), ("label", ">u8"), ("start", ">i4"), ("end", ">i4"), ("chars", ">i4", (2,))]
@@ -114,7 +120,7 @@ _PACKED_SPAN = numpy.dtype(
 
 def _packed_rows(group: SpanGroup) -> Optional[numpy.ndarray]:
     """:func:`span_rows` read from the group's own serialization, without a
-    ``Span`` object per span (several times faster); None where the layout is
+    ``Span`` object per span (faster); None where the layout is
     not the one expected, checked against the first span (the caller then
     reads the spans)."""
     speed_up_msgpack_hooks()  # (to_bytes looks its hooks up; a no-op once done)
