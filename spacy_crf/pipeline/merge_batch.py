@@ -127,15 +127,15 @@ def merge_docs(
     token_end = char_end[token_stops - 1] if n_all else char_end[:0]
     out = list(docs)
     merged_docs = numpy.flatnonzero(changed).tolist()
-    new_docs = [k for k in merged_docs if not (via_retokenizer or docs[k].has_annotation("DEP"))]
-    if new_docs:
+    in_place = {k for k in merged_docs if via_retokenizer or docs[k].has_annotation("DEP")}
+    if len(in_place) < len(merged_docs):  # some docs are built new
         words = _batch_words(docs[0].vocab.strings, table, token_starts, token_stops)
         spaces = (table[token_stops - 1, _SPACY] != 0).tolist()
         attrs, rows = _merged_rows(docs[0].vocab, table, ent_rows, token_starts, token_stops)
     group_rows = _moved_groups(groups, merged_docs, doc_starts, new_index, new_starts)
     for k in merged_docs:
         doc, a, b = docs[k], int(new_starts[k]), int(new_starts[k + 1])
-        if via_retokenizer or doc.has_annotation("DEP"):
+        if k in in_place:
             merged = _merge_in_place(doc, numpy.append(token_starts[a:b], doc_starts[k + 1]) - doc_starts[k])
             merged.from_array(_ENT_ATTRS, numpy.ascontiguousarray(ent_rows[token_starts[a:b]]))  # type: ignore[arg-type]
         else:
