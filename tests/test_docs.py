@@ -144,14 +144,14 @@ def test_the_command_reference_names_every_command_and_option():
 
 
 def _named_modules(text: str):
-    """Paths of Python modules named on a page in code spans, relative to spacy_crf/."""
-    names = re.findall(r"`([\w/]+\.py)`", text)
+    """Paths of Python and Cython modules named on a page in code spans, relative to spacy_crf/."""
+    names = re.findall(r"`([\w/]+\.pyx?)`", text)
     return {n.removeprefix("spacy_crf/") for n in names if not n.startswith(("tests/", "scripts/", "project/"))}
 
 
 def test_the_architecture_page_names_every_module_and_only_existing_ones():
     named = _named_modules((DOCS / "architecture.md").read_text(encoding="utf8"))
-    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    modules = {str(p.relative_to(PACKAGE)) for pattern in ("*.py", "*.pyx") for p in PACKAGE.rglob(pattern)}
     assert not modules - named, f"docs/architecture.md does not name {sorted(modules - named)}"
     assert not named - modules, f"docs/architecture.md names modules that do not exist: {sorted(named - modules)}"
 

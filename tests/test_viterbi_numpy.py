@@ -4,6 +4,7 @@ import numpy
 import pytest
 import torch
 
+from spacy_crf import util
 from spacy_crf.ml import crf, viterbi_numpy
 
 
@@ -58,9 +59,10 @@ def _torch_paths(scores, transitions, start, end, constraints, tag_masks):
     return [p[:n].numpy() for p, n in zip(paths, lengths)]
 
 
+@pytest.mark.parametrize("use_numpy", [True, False], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("num_tags,batch_size", [(4, 1), (4, 37), (9, 20), (17, 30)])
-def test_numpy_decode_matches_torch_viterbi(seed, num_tags, batch_size, monkeypatch):
+def test_numpy_decode_matches_torch_viterbi(seed, num_tags, batch_size, use_numpy, monkeypatch):
     monkeypatch.setattr(crf, "_viterbi_decoder", lambda device, step_size: TORCH_DECODER)
     rng = numpy.random.default_rng(seed)
     scores, transitions, start, end, constraints, tag_masks = _case(rng, num_tags, batch_size, ties=seed % 2 == 0)
@@ -70,21 +72,82 @@ def test_numpy_decode_matches_torch_viterbi(seed, num_tags, batch_size, monkeypa
     if seed % 3 == 0:
         start = end = None
     expected = _torch_paths(scores, transitions, start, end, constraints, tag_masks)
-    got = viterbi_numpy.decode(scores, transitions, start, end, constraints, tag_masks)
+    got = viterbi_numpy.decode(scores, transitions, start, end, constraints, tag_masks, use_numpy=use_numpy)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         numpy.testing.assert_array_equal(g, e)
 
 
-def test_numpy_decode_of_empty_docs_and_bad_masks():
+@pytest.mark.parametrize("use_numpy", [True, False], ids=["numpy", "compiled"])
+def test_numpy_decode_of_empty_docs_and_bad_masks(use_numpy):
     transitions = numpy.zeros((4, 4), dtype="float32")
-    assert viterbi_numpy.decode([], transitions, None, None) == []
-    empty = viterbi_numpy.decode([numpy.zeros((0, 4), dtype="float32")] * 2, transitions, None, None)
+    assert viterbi_numpy.decode([], transitions, None, None, use_numpy=use_numpy) == []
+    empty = viterbi_numpy.decode(
+        [numpy.zeros((0, 4), dtype="float32")] * 2, transitions, None, None, use_numpy=use_numpy
+    )
     assert [len(p) for p in empty] == [0, 0]
     with pytest.raises(ValueError, match="tag mask 0"):
         viterbi_numpy.decode(
-            [numpy.zeros((2, 4), dtype="float32")], transitions, None, None, None, [numpy.ones((2, 3))]
+            [numpy.zeros((2, 4), dtype="float32")], transitions, None, None, None, [numpy.ones((2, 3))], use_numpy
         )
+
+
+def test_the_compiled_kernel_is_built():
+    # pip builds it at install (setup.py); without it every decode falls back
+    # to the numpy search, correct but slower, and the tests above would test
+    # the numpy path twice.
+    assert viterbi_numpy.decode_flat is not None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_decode_gives_the_numpy_paths_and_scores(seed):
+    # Paths and best scores to the bit, on many ties, from each doc's own rows
+    # of one flat array (the tagger's layout), against the padded numpy search.
+    rng = numpy.random.default_rng(100 + seed)
+    num_tags = int(rng.integers(1, 14))
+    scores, transitions, start, end, constraints, _ = _case(rng, num_tags, 25, ties=seed % 2 == 0)
+    transitions = viterbi_numpy._allowed(transitions, constraints[0])
+    start, end = viterbi_numpy._allowed(start, constraints[1]), viterbi_numpy._allowed(end, constraints[2])
+    lengths = numpy.array([len(s) for s in scores])
+    flat = numpy.concatenate(scores)
+    flat.flags.writeable = False  # the tagger's arrays are read-only views
+    offsets = numpy.concatenate([[0], numpy.cumsum(lengths)]).astype("int64")
+    paths, best = viterbi_numpy.decode_flat(flat, offsets, transitions, start, end, None)
+    T = int(lengths.max())
+    emissions = numpy.zeros((T, num_tags, len(scores)), dtype="float32")
+    for i, s in enumerate(scores):
+        emissions[: len(s), :, i] = s
+    expected_paths, expected_best = viterbi_numpy.best_paths(emissions, lengths, transitions, start, end)
+    numpy.testing.assert_array_equal(best, expected_best)
+    for i, n in enumerate(lengths):
+        numpy.testing.assert_array_equal(paths[offsets[i] : offsets[i + 1]], expected_paths[i, :n])
+
+
+def test_compiled_decode_reads_row_blocks_and_short_masks():
+    rng = numpy.random.default_rng(7)
+    flat = rng.normal(size=(11, 5)).astype("float32")
+    blocks = util.split_rows(None, flat, [4, 0, 7])
+    transitions = rng.normal(size=(5, 5)).astype("float32")
+    masks = [numpy.array([[False, True, False, False, False]]), None, None]  # a mask shorter than its doc
+    got = viterbi_numpy.decode(blocks, transitions, None, None, None, masks)
+    want = viterbi_numpy.decode(list(blocks), transitions, None, None, None, masks, use_numpy=True)
+    assert got[0][0] == 1
+    for g, w in zip(got, want):
+        numpy.testing.assert_array_equal(g, w)
+
+
+def test_compiled_decode_checks_its_arguments():
+    flat = numpy.zeros((3, 4), dtype="float32")
+    square, row = numpy.zeros((4, 4), dtype="float32"), numpy.zeros(4, dtype="float32")
+    with pytest.raises(ValueError, match="offsets run from 0 to 2, not 0 to 3"):
+        viterbi_numpy.decode_flat(flat, numpy.array([0, 2], dtype="int64"), square, row, row)
+    with pytest.raises(ValueError, match="offsets decrease at doc 1"):
+        viterbi_numpy.decode_flat(flat, numpy.array([0, 4, 3], dtype="int64"), square, row, row)
+    with pytest.raises(ValueError, match="transitions"):
+        viterbi_numpy.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square[:3, :3].copy(), row, row)
+    with pytest.raises(ValueError, match="allowed"):
+        mask = numpy.ones((2, 4), dtype="uint8")
+        viterbi_numpy.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square, row, row, mask)
 
 
 def test_search_with_a_transition_matrix_per_row():

@@ -11,9 +11,18 @@ tie-breaking (the first maximum), so the paths are those of
 below, so both share one implementation.
 """
 
-from typing import List, Optional, Sequence, Tuple
+import os
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy
+
+from ..util import RowBlocks, joined_rows
+
+decode_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray]]]
+try:  # compiled at install; a source tree that was never built decodes in numpy
+    from ._viterbi import decode_flat
+except ImportError:  # pragma: no cover - CI builds it, and tests/test_viterbi_numpy.py requires it
+    decode_flat = None
 
 #: :data:`spacy_crf.ml.crf.IMPOSSIBLE` (not imported: that module imports this one)
 IMPOSSIBLE = numpy.float32(-1e30)
@@ -98,21 +107,31 @@ def decode(
     end: Optional[numpy.ndarray],
     constraints=None,
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
+    use_numpy: bool = False,
 ) -> List[numpy.ndarray]:
     """Best tag ids per doc from its emission scores ``[n_i, K]``: what
     :func:`spacy_crf.ml.tagger_model.decode` gives with a CRF layer.
     ``constraints``: a :class:`~spacy_crf.ml.schemes.TransitionMask` (bool
-    transitions, start, end) or None; ``tag_masks`` as there."""
+    transitions, start, end) or None; ``tag_masks`` as there. The compiled
+    kernel decodes where it is built, unless ``use_numpy`` (or the
+    environment variable ``SPACY_CRF_NUMPY_VITERBI=1``) asks for the numpy
+    search: the same paths either way."""
     lengths = numpy.array([len(s) for s in scores], dtype=numpy.int64)
     num_tags = len(transitions)
     B, T = len(scores), int(lengths.max(initial=0))
-    tag_mask = pad_tag_masks(tag_masks, B, T, num_tags)
+    compiled = decode_flat is not None and not (use_numpy or _numpy_only())
+    if compiled:
+        flat_mask = _flat_tag_masks(tag_masks, lengths, T, num_tags)
+    else:
+        tag_mask = pad_tag_masks(tag_masks, B, T, num_tags)
     if T == 0:
         return [numpy.zeros((0,), dtype=numpy.int64) for _ in scores]
     allowed = (None, None, None) if constraints is None else constraints
     transitions = _allowed(transitions, allowed[0])
     start = _allowed(numpy.zeros(num_tags, dtype=numpy.float32) if start is None else start, allowed[1])
     end = _allowed(numpy.zeros(num_tags, dtype=numpy.float32) if end is None else end, allowed[2])
+    if compiled:
+        return _decode_compiled(scores, lengths, transitions, start, end, flat_mask)
     # step-major [T, K, B], as crf's recursions; padding stays 0 (never read)
     emissions = numpy.zeros((T, num_tags, B), dtype=numpy.float32)
     for i, s in enumerate(scores):
@@ -151,3 +170,56 @@ def best_paths(
         path[~real.T] = -1
         best_score[lengths == 0] = 0.0
     return path, best_score
+
+
+def _numpy_only() -> bool:
+    return os.environ.get("SPACY_CRF_NUMPY_VITERBI", "") not in ("", "0")
+
+
+def _flat_tag_masks(
+    tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], lengths: numpy.ndarray, T: int, K: int
+) -> Optional[numpy.ndarray]:
+    """The per-doc masks of :func:`pad_tag_masks`, checked as there, as one
+    uint8 ``[N, K]`` array over the docs' rows (a doc without a mask, or the
+    rows past a short mask: every tag allowed); None when no doc has a mask."""
+    if tag_masks is None or all(m is None for m in tag_masks):
+        return None
+    flat = numpy.ones((int(lengths.sum()), K), dtype=numpy.uint8)
+    first = 0
+    for i, (m, n) in enumerate(zip(tag_masks, lengths.tolist())):
+        if m is not None:
+            m = numpy.asarray(m, dtype=bool)
+            if m.ndim != 2 or m.shape[1] != K or m.shape[0] > T:
+                raise ValueError(f"tag mask {i} has shape {m.shape}; expected ({T} or fewer, {K})")
+            rows = min(n, len(m))
+            flat[first : first + rows] = m[:rows]
+        first += n
+    return flat
+
+
+def _decode_compiled(
+    scores: Sequence[numpy.ndarray],
+    lengths: numpy.ndarray,
+    transitions: numpy.ndarray,
+    start: numpy.ndarray,
+    end: numpy.ndarray,
+    flat_mask: Optional[numpy.ndarray],
+) -> List[numpy.ndarray]:
+    """:func:`decode`'s result from the compiled kernel, over the docs' rows
+    as one flat ``[N, K]`` array (the tagger's own array where the docs are
+    its row blocks: :class:`spacy_crf.util.RowBlocks`)."""
+    flat = scores.flat if isinstance(scores, RowBlocks) and scores.flat is not None else joined_rows(scores)
+    if flat is None:
+        flat = numpy.concatenate(scores)
+    offsets = numpy.zeros(len(lengths) + 1, dtype=numpy.int64)
+    numpy.cumsum(lengths, out=offsets[1:])
+    paths, _ = decode_flat(
+        numpy.ascontiguousarray(flat, dtype=numpy.float32),
+        offsets,
+        numpy.ascontiguousarray(transitions, dtype=numpy.float32),
+        numpy.ascontiguousarray(start, dtype=numpy.float32),
+        numpy.ascontiguousarray(end, dtype=numpy.float32),
+        flat_mask,
+    )
+    bounds = offsets.tolist()
+    return [paths[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
