@@ -25,7 +25,8 @@ lexicon prior within its lexicon features' dictionary matching the prior
 with its own automaton (``(prior matched apart)``) against reading the
 features' matches; each CRF tagger's dense layers through thinc's blis
 ``gemm`` (``(blis dense layers)``) against numpy's BLAS held to one thread
-(:func:`spacy_crf.util.matmul`); the first tagger pooling the transformer
+(:func:`spacy_crf.util.matmul`); each CRF tagger decoding by the numpy
+search (``(numpy Viterbi)``) against the compiled kernel; the first tagger pooling the transformer
 output doc by doc in spacy-transformers (``(per-doc pooling)``) against
 the whole batch at once (:func:`spacy_crf.ml.shared_listener.mean_pooled`).
 All ways must give the
@@ -59,7 +60,7 @@ from spacy.util import minibatch
 from spacy_crf.corpora.base import read_docbin
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
+from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model, viterbi_numpy
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
 from spacy_crf.pipeline.span_arrays import span_group, span_tables
 from spacy_crf.util import batch_by_length
@@ -96,6 +97,7 @@ def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Calla
     if isinstance(pipe, crf_tagger.CRFTagger) and pipe.scheme in ("bio", "bioes"):
         ways[f"{name} (entities per token)"] = lambda docs: entities_per_token(pipe, docs)
     if isinstance(pipe, crf_tagger.CRFTagger):
+        ways[f"{name} (numpy Viterbi)"] = lambda docs: numpy_viterbi(lambda: run_step(pipe, docs, batch_size))
         ways[f"{name} (blis dense layers)"] = lambda docs: with_blis(lambda: run_step(pipe, docs, batch_size))
         if not may_share:
             ways[f"{name} (per-doc pooling)"] = lambda docs: pooled_per_doc(lambda: run_step(pipe, docs, batch_size))
@@ -109,6 +111,11 @@ def with_blis(call: Callable[[], List[Doc]]) -> List[Doc]:
         return ops.gemm(A, B, trans1=trans1, trans2=trans2)
 
     return patched([(module, "matmul", gemm) for module in (tagger_model, lexicon_features, span_model)], call)
+
+
+def numpy_viterbi(call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` with the taggers decoding by the numpy search, not the compiled kernel."""
+    return patched([(viterbi_numpy, "_numpy_only", lambda: True)], call)
 
 
 def pooled_per_doc(call: Callable[[], List[Doc]]) -> List[Doc]:
@@ -140,14 +147,14 @@ def prior_apart(call: Callable[[], List[Doc]]) -> List[Doc]:
 
 
 def forget_matches(pipe) -> None:
-    """Drop the dictionary's kept matches, features and texts, so that each
+    """Drop the dictionaries' kept matches, features and texts, so that each
     way of the first tagger pays for matching the batch (in the pipeline the
-    first tagger always does)."""
-    source = prior_source(pipe)
-    if source is not None:
+    first tagger always does, and the next one reads what it kept)."""
+    sources = {id(s): s for s in (prior_source(pipe), lexicon_features.model_lexicon(pipe.model)) if s is not None}
+    for source in sources.values():
         for name in ("_features", "_matches"):
             source._batch_cache(name).clear()
-        lexicon_match._texts.clear()
+    lexicon_match._texts.clear()
 
 
 def entities_per_token(pipe, docs: List[Doc]) -> List[Doc]:
@@ -266,10 +273,9 @@ def main() -> None:
                         if isinstance(nlp.get_pipe(name), crf_tagger.CRFTagger):
                             for doc in docs:  # what the tagger wrote in the other way (none came before it)
                                 doc.ents = []
-                            if len(order) > 1:
-                                forget_matches(nlp.get_pipe(name))
-                            if name == taggers[0]:  # each way of the first tagger pools for itself
+                            if name == taggers[0]:  # each way of the first tagger pools and matches for itself
                                 shared_listener._pooled.clear()
+                                forget_matches(nlp.get_pipe(name))
                         before = Counter(inside)
                         start = time.perf_counter()
                         out = ways[name][way](docs)
