@@ -25,8 +25,9 @@ lexicon prior within its lexicon features' dictionary matching the prior
 with its own automaton (``(prior matched apart)``) against reading the
 features' matches; each CRF tagger's dense layers through thinc's blis
 ``gemm`` (``(blis dense layers)``) against numpy's BLAS held to one thread
-(:func:`spacy_crf.util.matmul`); each CRF tagger decoding by the numpy
-search (``(numpy Viterbi)``) against the compiled kernel; the first tagger pooling the transformer
+(:func:`spacy_crf.util.matmul`); each CRF tagger without the compiled
+kernels (``(no compiled kernels)``: the numpy Viterbi search, the
+pyahocorasick automaton) against with them; the first tagger pooling the transformer
 output doc by doc in spacy-transformers (``(per-doc pooling)``) against
 the whole batch at once (:func:`spacy_crf.ml.shared_listener.mean_pooled`).
 All ways must give the
@@ -60,7 +61,7 @@ from spacy.util import minibatch
 from spacy_crf.corpora.base import read_docbin
 from spacy_crf.files import check_output_paths, write_json_atomic
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import lexicon_features, lexicon_match, shared_listener, span_model, tagger_model, viterbi_numpy
+from spacy_crf.ml import kernels, lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
 from spacy_crf.pipeline.span_arrays import span_group, span_tables
 from spacy_crf.util import batch_by_length
@@ -97,7 +98,7 @@ def ways_of(nlp, name: str, batch_size: int, may_share: bool) -> Dict[str, Calla
     if isinstance(pipe, crf_tagger.CRFTagger) and pipe.scheme in ("bio", "bioes"):
         ways[f"{name} (entities per token)"] = lambda docs: entities_per_token(pipe, docs)
     if isinstance(pipe, crf_tagger.CRFTagger):
-        ways[f"{name} (numpy Viterbi)"] = lambda docs: numpy_viterbi(lambda: run_step(pipe, docs, batch_size))
+        ways[f"{name} (no compiled kernels)"] = lambda docs: pure_python(lambda: run_step(pipe, docs, batch_size))
         ways[f"{name} (blis dense layers)"] = lambda docs: with_blis(lambda: run_step(pipe, docs, batch_size))
         if not may_share:
             ways[f"{name} (per-doc pooling)"] = lambda docs: pooled_per_doc(lambda: run_step(pipe, docs, batch_size))
@@ -113,9 +114,10 @@ def with_blis(call: Callable[[], List[Doc]]) -> List[Doc]:
     return patched([(module, "matmul", gemm) for module in (tagger_model, lexicon_features, span_model)], call)
 
 
-def numpy_viterbi(call: Callable[[], List[Doc]]) -> List[Doc]:
-    """``call()`` with the taggers decoding by the numpy search, not the compiled kernel."""
-    return patched([(viterbi_numpy, "_numpy_only", lambda: True)], call)
+def pure_python(call: Callable[[], List[Doc]]) -> List[Doc]:
+    """``call()`` without the compiled kernels: the numpy Viterbi search and
+    the pyahocorasick automaton (:mod:`spacy_crf.ml.kernels`)."""
+    return patched([(kernels, "enabled", lambda: False)], call)
 
 
 def pooled_per_doc(call: Callable[[], List[Doc]]) -> List[Doc]:

@@ -92,37 +92,6 @@ def test_numpy_decode_of_empty_docs_and_bad_masks(use_numpy):
         )
 
 
-def test_the_compiled_kernel_is_built():
-    # pip builds it at install (setup.py); without it every decode falls back
-    # to the numpy search, correct but slower, and the tests above would test
-    # the numpy path twice.
-    assert viterbi_numpy.decode_flat is not None
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_compiled_decode_gives_the_numpy_paths_and_scores(seed):
-    # Paths and best scores to the bit, on many ties, from each doc's own rows
-    # of one flat array (the tagger's layout), against the padded numpy search.
-    rng = numpy.random.default_rng(100 + seed)
-    num_tags = int(rng.integers(1, 14))
-    scores, transitions, start, end, constraints, _ = _case(rng, num_tags, 25, ties=seed % 2 == 0)
-    transitions = viterbi_numpy._allowed(transitions, constraints[0])
-    start, end = viterbi_numpy._allowed(start, constraints[1]), viterbi_numpy._allowed(end, constraints[2])
-    lengths = numpy.array([len(s) for s in scores])
-    flat = numpy.concatenate(scores)
-    flat.flags.writeable = False  # the tagger's arrays are read-only views
-    offsets = numpy.concatenate([[0], numpy.cumsum(lengths)]).astype("int64")
-    paths, best = viterbi_numpy.decode_flat(flat, offsets, transitions, start, end, None)
-    T = int(lengths.max())
-    emissions = numpy.zeros((T, num_tags, len(scores)), dtype="float32")
-    for i, s in enumerate(scores):
-        emissions[: len(s), :, i] = s
-    expected_paths, expected_best = viterbi_numpy.best_paths(emissions, lengths, transitions, start, end)
-    numpy.testing.assert_array_equal(best, expected_best)
-    for i, n in enumerate(lengths):
-        numpy.testing.assert_array_equal(paths[offsets[i] : offsets[i + 1]], expected_paths[i, :n])
-
-
 def test_compiled_decode_reads_row_blocks_and_short_masks():
     rng = numpy.random.default_rng(7)
     flat = rng.normal(size=(11, 5)).astype("float32")
@@ -134,35 +103,3 @@ def test_compiled_decode_reads_row_blocks_and_short_masks():
     assert got[0][0] == 1
     for g, w in zip(got, want):
         numpy.testing.assert_array_equal(g, w)
-
-
-def test_compiled_decode_checks_its_arguments():
-    flat = numpy.zeros((3, 4), dtype="float32")
-    square, row = numpy.zeros((4, 4), dtype="float32"), numpy.zeros(4, dtype="float32")
-    with pytest.raises(ValueError, match="offsets run from 0 to 2, not 0 to 3"):
-        viterbi_numpy.decode_flat(flat, numpy.array([0, 2], dtype="int64"), square, row, row)
-    with pytest.raises(ValueError, match="offsets decrease at doc 1"):
-        viterbi_numpy.decode_flat(flat, numpy.array([0, 4, 3], dtype="int64"), square, row, row)
-    with pytest.raises(ValueError, match="transitions"):
-        viterbi_numpy.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square[:3, :3].copy(), row, row)
-    with pytest.raises(ValueError, match="allowed"):
-        mask = numpy.ones((2, 4), dtype="uint8")
-        viterbi_numpy.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square, row, row, mask)
-
-
-def test_search_with_a_transition_matrix_per_row():
-    # Rows of two taggers in one search: each row's states are those of a
-    # search with its own matrix and start scores alone.
-    rng = numpy.random.default_rng(0)
-    T, K, B = 7, 5, 6
-    emissions = rng.normal(size=(T, K, B)).astype("float32")
-    matrices = [rng.normal(size=(K, K)).astype("float32") for _ in range(2)]
-    starts = [rng.normal(size=K).astype("float32") for _ in range(2)]
-    which = numpy.array([0, 1, 1, 0, 1, 0])
-    per_row = numpy.stack([matrices[w] for w in which], axis=2)
-    start = numpy.stack([starts[w] for w in which], axis=1)
-    states = viterbi_numpy.search(emissions, per_row, start)
-    for b, w in enumerate(which):
-        alone = viterbi_numpy.search(emissions[:, :, b : b + 1], matrices[w], starts[w])
-        numpy.testing.assert_array_equal(states[:, :, b : b + 1], alone)
-    assert not numpy.array_equal(states[:, :, 0], viterbi_numpy.search(emissions, matrices[1], starts[1])[:, :, 0])

@@ -11,18 +11,12 @@ tie-breaking (the first maximum), so the paths are those of
 below, so both share one implementation.
 """
 
-import os
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy
 
 from ..util import RowBlocks, joined_rows
-
-decode_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray]]]
-try:  # compiled at install; a source tree that was never built decodes in numpy
-    from ._viterbi import decode_flat
-except ImportError:  # pragma: no cover - CI builds it, and tests/test_viterbi_numpy.py requires it
-    decode_flat = None
+from . import kernels
 
 #: :data:`spacy_crf.ml.crf.IMPOSSIBLE` (not imported: that module imports this one)
 IMPOSSIBLE = numpy.float32(-1e30)
@@ -113,13 +107,12 @@ def decode(
     :func:`spacy_crf.ml.tagger_model.decode` gives with a CRF layer.
     ``constraints``: a :class:`~spacy_crf.ml.schemes.TransitionMask` (bool
     transitions, start, end) or None; ``tag_masks`` as there. The compiled
-    kernel decodes where it is built, unless ``use_numpy`` (or the
-    environment variable ``SPACY_CRF_NUMPY_VITERBI=1``) asks for the numpy
-    search: the same paths either way."""
+    kernel decodes where it is built (:mod:`.kernels`), unless ``use_numpy``
+    asks for the numpy search: the same paths either way."""
     lengths = numpy.array([len(s) for s in scores], dtype=numpy.int64)
     num_tags = len(transitions)
     B, T = len(scores), int(lengths.max(initial=0))
-    compiled = decode_flat is not None and not (use_numpy or _numpy_only())
+    compiled = kernels.decode_flat is not None and kernels.enabled() and not use_numpy
     if compiled:
         flat_mask = _flat_tag_masks(tag_masks, lengths, T, num_tags)
     else:
@@ -172,10 +165,6 @@ def best_paths(
     return path, best_score
 
 
-def _numpy_only() -> bool:
-    return os.environ.get("SPACY_CRF_NUMPY_VITERBI", "") not in ("", "0")
-
-
 def _flat_tag_masks(
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], lengths: numpy.ndarray, T: int, K: int
 ) -> Optional[numpy.ndarray]:
@@ -213,7 +202,7 @@ def _decode_compiled(
         flat = numpy.concatenate(scores)
     offsets = numpy.zeros(len(lengths) + 1, dtype=numpy.int64)
     numpy.cumsum(lengths, out=offsets[1:])
-    paths, _ = decode_flat(
+    paths, _ = kernels.decode_flat(
         numpy.ascontiguousarray(flat, dtype=numpy.float32),
         offsets,
         numpy.ascontiguousarray(transitions, dtype=numpy.float32),

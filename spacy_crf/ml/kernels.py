@@ -1,0 +1,43 @@
+"""The package's compiled kernels, and the one switch that turns them off.
+
+Two loops of prediction run in C (Cython modules built by pip at install):
+the Viterbi decoding of each doc over its own rows (``_viterbi.pyx``, behind
+:func:`spacy_crf.ml.viterbi_numpy.decode`) and the dictionary matching of the
+lexicon features and the segmenter's prior (``_word_trie.pyx``, behind
+:meth:`spacy_crf.ml.lexicon_match.WordLexicon.match_arrays`). Each gives
+what its pure-Python path gives, to the bit: the numpy search and the
+pyahocorasick automaton stay as the reference the tests compare with, and as
+the fallback of a source tree that was never built.
+
+``SPACY_CRF_PURE_PYTHON=1`` in the environment (or :func:`enabled` patched
+in a benchmark) runs the pure-Python paths with the kernels built.
+"""
+
+import os
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy
+
+#: the environment variable that turns the kernels off
+PURE_PYTHON = "SPACY_CRF_PURE_PYTHON"
+
+decode_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray]]]
+WordTrie: Optional[Any]
+try:
+    from ._viterbi import decode_flat
+except ImportError:  # pragma: no cover - CI builds it, and tests/test_kernels.py requires it
+    decode_flat = None
+try:
+    from ._word_trie import WordTrie
+except ImportError:  # pragma: no cover - as above
+    WordTrie = None
+
+
+def enabled() -> bool:
+    """Whether prediction uses the kernels that are built."""
+    return os.environ.get(PURE_PYTHON, "") in ("", "0")
+
+
+def built() -> Dict[str, bool]:
+    """Which kernels this installation has."""
+    return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None}
