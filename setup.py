@@ -1,14 +1,29 @@
-"""The compiled part of the package: the Viterbi kernel and the dictionary
-matcher (``spacy_crf/ml/_viterbi.pyx``, ``spacy_crf/ml/_word_trie.pyx``).
+"""The compiled part of the package: the Viterbi kernel, the dictionary
+matcher and the mean pooling (``spacy_crf/ml/_viterbi.pyx``,
+``_word_trie.pyx``, ``_pooling.pyx``).
 
 Everything else about the package is in setup.cfg. The kernels' typed
 memoryviews need no numpy headers, so building them needs Cython and a C
 compiler only (pyproject.toml's build requirements).
 """
 
+import sys
+
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-KERNELS = ["_viterbi", "_word_trie"]
+KERNELS = ["_viterbi", "_word_trie", "_pooling"]
 
-setup(ext_modules=cythonize([Extension(f"spacy_crf.ml.{name}", [f"spacy_crf/ml/{name}.pyx"]) for name in KERNELS]))
+# The kernels promise the pure-Python paths' float32 results to the bit: no
+# fused multiply-adds, whatever -march a builder's CFLAGS ask for.
+FLAGS = [] if sys.platform == "win32" else ["-ffp-contract=off"]
+EXTENSIONS = cythonize(
+    [Extension(f"spacy_crf.ml.{name}", [f"spacy_crf/ml/{name}.pyx"], extra_compile_args=FLAGS) for name in KERNELS]
+)
+for extension in EXTENSIONS:
+    # Where no C compiler is at hand the install goes on without the kernels,
+    # and the package runs its pure-Python paths (spacy_crf.ml.kernels).
+    # (Set after cythonize, whose extensions do not carry the flag over.)
+    extension.optional = True
+
+setup(ext_modules=EXTENSIONS)

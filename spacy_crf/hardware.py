@@ -55,8 +55,9 @@ def has_int8_dot_products() -> Optional[bool]:
 
 
 def hardware() -> Dict[str, Any]:
-    """CPU model and features, core count, torch threads, GPU (if any) and
-    the installed inference runtimes of this machine."""
+    """CPU model and features, core count, torch threads, GPU (if any), the
+    installed inference runtimes of this machine, and whether this
+    installation's compiled kernels are built and in use."""
     info: Dict[str, Any] = {
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -82,4 +83,7 @@ def hardware() -> Dict[str, Any]:
             info[runtime] = importlib.metadata.version(runtime)
         except importlib.metadata.PackageNotFoundError:
             pass
+    from .ml import kernels  # (numpy only: no model code is loaded)
+
+    info["compiled_kernels"] = {**kernels.built(), "enabled": kernels.enabled()}
     return info

@@ -324,11 +324,13 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     # the encoder ran once before timing: only the steps after it are timed
     assert list(record["per_1k_chars"]) == [
         "segmenter",
+        "segmenter (no compiled kernels)",
         "segmenter (blis dense layers)",
         "segmenter (per-doc pooling)",
         "crf_ner",
         "crf_ner (own pooling)",
         "crf_ner (entities per token)",
+        "crf_ner (no compiled kernels)",
         "crf_ner (blis dense layers)",
         "merge_words",
         "merge_words (per doc)",

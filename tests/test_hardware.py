@@ -21,3 +21,9 @@ def test_the_record_names_the_cpu_features_and_the_installed_runtimes():
         assert set(info["cpu_features"]) <= set(CPU_FEATURES)
     pytest.importorskip("openvino")
     assert info["openvino"] == importlib.metadata.version("openvino")
+
+
+def test_the_record_says_whether_the_compiled_kernels_run(monkeypatch):
+    assert hardware()["compiled_kernels"] == {"viterbi": True, "word_trie": True, "pooling": True, "enabled": True}
+    monkeypatch.setenv("SPACY_CRF_PURE_PYTHON", "1")
+    assert hardware()["compiled_kernels"]["enabled"] is False

@@ -16,7 +16,7 @@ def test_the_kernels_are_built():
     # pip builds them at install; without them prediction falls back to the
     # pure-Python paths, correct but slower, and the comparisons below
     # would compare those paths with themselves.
-    assert kernels.built() == {"viterbi": True, "word_trie": True}
+    assert kernels.built() == {"viterbi": True, "word_trie": True, "pooling": True}
 
 
 def test_the_environment_switch_turns_the_kernels_off(monkeypatch):
@@ -136,3 +136,57 @@ def test_lexicon_features_are_the_same_with_and_without_the_kernels(monkeypatch)
     without = lexicon_features._features(lexicon, docs, lexicon_match.token_bounds(docs))
     assert with_kernels.tobytes() == without.tobytes()
     assert with_kernels.any()
+
+
+def test_speed_warns_when_the_kernels_do_not_run(monkeypatch, capsys):
+    from spacy_crf.cli import speed
+
+    speed._report_kernels()
+    assert "kernels" not in capsys.readouterr().out
+    monkeypatch.setenv(kernels.PURE_PYTHON, "1")
+    speed._report_kernels()
+    assert "turned off by SPACY_CRF_PURE_PYTHON" in capsys.readouterr().out
+    monkeypatch.delenv(kernels.PURE_PYTHON)
+    monkeypatch.setattr(kernels, "WordTrie", None)
+    speed._report_kernels()
+    assert "compiled kernels not built (word_trie)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_pooling_gives_reduce_means_of_the_gathered_rows_to_the_bit(seed):
+    from thinc.api import NumpyOps
+
+    rng = numpy.random.default_rng(seed)
+    width = int(rng.choice([1, 7, 384]))
+    sources, indices, lengths = [], [], []
+    for _ in range(int(rng.integers(1, 9))):
+        pieces = int(rng.integers(1, 30))
+        sources.append(rng.normal(size=(pieces, width)).astype("float32") * 10)
+        counts = rng.integers(0, 4, size=int(rng.integers(0, 25))).astype("int32")  # a token of 0 pieces too
+        lengths.append(counts)
+        indices.append(rng.integers(0, pieces, size=int(counts.sum())).astype("int32"))  # repeats too
+    gathered = numpy.concatenate([s[i] for s, i in zip(sources, indices)]).reshape(-1, width)
+    expected = NumpyOps().reduce_mean(gathered, numpy.concatenate(lengths).astype("int32"))
+    out = numpy.full((len(expected), width), numpy.nan, dtype="float32")
+    kernels.mean_rows(sources, indices, lengths, out)
+    assert out.tobytes() == expected.tobytes()
+
+
+def test_compiled_pooling_checks_its_arguments():
+    source = numpy.zeros((3, 4), dtype="float32")
+    out = numpy.zeros((2, 4), dtype="float32")
+    ok_index, ok_counts = numpy.array([0, 1, 2], dtype="int32"), numpy.array([1, 2], dtype="int32")
+    kernels.mean_rows([source], [ok_index], [ok_counts], out)
+    for index, counts, rows, message in [
+        (numpy.array([0, 1, 3], dtype="int32"), ok_counts, 2, "indexes row 3 of 3"),
+        (ok_index, numpy.array([1, 1], dtype="int32"), 2, "piece counts sum to 2, it has 3"),
+        (ok_index, numpy.array([2, 2], dtype="int32"), 2, "do not fit"),
+        (ok_index, ok_counts, 1, "too few for doc 0"),
+        (ok_index, ok_counts, 3, "the docs have 2 tokens, the output 3 rows"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            kernels.mean_rows([source], [index], [counts], numpy.zeros((rows, 4), dtype="float32"))
+    with pytest.raises(ValueError, match="rows of 4 values, the output 5"):
+        kernels.mean_rows([source], [ok_index], [ok_counts], numpy.zeros((2, 5), dtype="float32"))
+    with pytest.raises(ValueError, match="one entry per doc"):
+        kernels.mean_rows([source], [], [ok_counts], out)

@@ -149,6 +149,7 @@ def measure_speed(
         f"{pipeline}: {nlp.pipe_names}; {len(texts)} texts, {n_chars:,} chars "
         f"(mean {n_chars / max(len(texts), 1):.1f} per text)"
     )
+    _report_kernels()
     runs = []
     for processes in n_process:
         for batch_size in batch_sizes:
@@ -186,6 +187,20 @@ def measure_speed(
         **extra,
         "hardware": hardware(),
     }
+
+
+def _report_kernels() -> None:
+    """Say when the timings run without the compiled kernels, and why."""
+    from ..ml import kernels
+
+    missing = [name for name, built in kernels.built().items() if not built]
+    if missing:
+        msg.warn(
+            f"compiled kernels not built ({', '.join(missing)}): their pure-Python paths run instead. "
+            "Reinstall spacy-crf where a C compiler is available to build them."
+        )
+    elif not kernels.enabled():
+        msg.warn(f"compiled kernels turned off by {kernels.PURE_PYTHON}: the pure-Python paths run")
 
 
 def _explain_slow_processes(runs: List[Dict[str, Any]]) -> None:

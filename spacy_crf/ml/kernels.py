@@ -1,13 +1,16 @@
 """The package's compiled kernels, and the one switch that turns them off.
 
-Two loops of prediction run in C (Cython modules built by pip at install):
-the Viterbi decoding of each doc over its own rows (``_viterbi.pyx``, behind
-:func:`spacy_crf.ml.viterbi_numpy.decode`) and the dictionary matching of the
-lexicon features and the segmenter's prior (``_word_trie.pyx``, behind
-:meth:`spacy_crf.ml.lexicon_match.WordLexicon.match_arrays`). Each gives
-what its pure-Python path gives, to the bit: the numpy search and the
-pyahocorasick automaton stay as the reference the tests compare with, and as
-the fallback of a source tree that was never built.
+Three loops of prediction run in C (Cython modules built by pip at
+install): the Viterbi decoding of each doc over its own rows
+(``_viterbi.pyx``, behind :func:`spacy_crf.ml.viterbi_numpy.decode`), the
+dictionary matching of the lexicon features and the segmenter's prior
+(``_word_trie.pyx``, behind
+:meth:`spacy_crf.ml.lexicon_match.WordLexicon.match_arrays`) and the mean
+pooling of the transformer's rows per token (``_pooling.pyx``, behind
+:func:`spacy_crf.ml.shared_listener.mean_pooled`). Each gives what its
+pure-Python path gives, to the bit: the numpy search, the pyahocorasick
+automaton and thinc's ``reduce_mean`` stay as the references the tests
+compare with, and as the fallback of a source tree that was never built.
 
 ``SPACY_CRF_PURE_PYTHON=1`` in the environment (or :func:`enabled` patched
 in a benchmark) runs the pure-Python paths with the kernels built.
@@ -23,6 +26,7 @@ PURE_PYTHON = "SPACY_CRF_PURE_PYTHON"
 
 decode_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray]]]
 WordTrie: Optional[Any]
+mean_rows: Optional[Callable[..., None]]
 try:
     from ._viterbi import decode_flat
 except ImportError:  # pragma: no cover - CI builds it, and tests/test_kernels.py requires it
@@ -31,6 +35,10 @@ try:
     from ._word_trie import WordTrie
 except ImportError:  # pragma: no cover - as above
     WordTrie = None
+try:
+    from ._pooling import mean_rows
+except ImportError:  # pragma: no cover - as above
+    mean_rows = None
 
 
 def enabled() -> bool:
@@ -40,4 +48,4 @@ def enabled() -> bool:
 
 def built() -> Dict[str, bool]:
     """Which kernels this installation has."""
-    return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None}
+    return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None, "pooling": mean_rows is not None}

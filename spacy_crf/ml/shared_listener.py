@@ -19,7 +19,9 @@ With the stock mean pooling (``reduce_mean.v1``), the batch is pooled at
 once (:func:`mean_pooled`): ``trfs2arrays`` aligns and pools doc by doc
 and copies the aligned rows twice, this gathers them into one buffer and
 runs the same thinc ``reduce_mean`` over it, so the result is the same to
-the bit.
+the bit; where the compiled kernel is built (:mod:`.kernels`), it sums
+each token's rows straight into its output row with ``reduce_mean``'s
+arithmetic, the same result again without the gathered copy.
 """
 
 from typing import Hashable, List, Optional, Sequence
@@ -31,6 +33,7 @@ from thinc.types import Floats2d
 
 from .._compat import layer_forward, transformer_data
 from ..util import split_rows
+from . import kernels
 from .batch_cache import BatchCache, read_only
 
 #: spacy-transformers' listener chain, as ``TransformerListener.v1`` builds it
@@ -102,10 +105,20 @@ def mean_pooled(tok2vec: Model, data: Sequence[object]) -> Optional[List[Floats2
     width = sources[0].shape[1]
     if any(source.shape[1] != width for source in sources):
         return None
+    counts = [len(doc_lengths) for doc_lengths in lengths]
+    if kernels.mean_rows is not None and kernels.enabled():
+        means = numpy.empty((sum(counts), width), dtype=numpy.float32)
+        kernels.mean_rows(
+            sources,
+            [numpy.ascontiguousarray(index, dtype=numpy.int32) for index in indices],
+            [numpy.ascontiguousarray(doc_lengths, dtype=numpy.int32) for doc_lengths in lengths],
+            means,
+        )
+        return split_rows(pooling.ops, means, counts)
     rows = numpy.empty((sum(len(index) for index in indices), width), dtype=numpy.float32)
     start = 0
     for source, index in zip(sources, indices):
         numpy.take(source, index, axis=0, out=rows[start : start + len(index)])
         start += len(index)
     means = pooling.ops.reduce_mean(rows, numpy.concatenate(lengths).astype(numpy.int32))
-    return split_rows(pooling.ops, means, [len(doc_lengths) for doc_lengths in lengths])
+    return split_rows(pooling.ops, means, counts)
