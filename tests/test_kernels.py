@@ -60,6 +60,11 @@ def test_compiled_decode_checks_its_arguments():
         kernels.decode_flat(flat, numpy.array([0, 4, 3], dtype="int64"), square, row, row)
     with pytest.raises(ValueError, match="transitions"):
         kernels.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square[:3, :3].copy(), row, row)
+    with pytest.raises(ValueError, match="rows but no tags"):
+        empty = numpy.zeros((0, 0), dtype="float32")
+        kernels.decode_flat(
+            numpy.zeros((3, 0), dtype="float32"), numpy.array([0, 3], dtype="int64"), empty, row[:0], row[:0]
+        )
     with pytest.raises(ValueError, match="allowed"):
         mask = numpy.ones((2, 4), dtype="uint8")
         kernels.decode_flat(flat, numpy.array([0, 3], dtype="int64"), square, row, row, mask)
@@ -103,6 +108,8 @@ def test_the_trie_on_edge_cases():
     assert list(zip(ends.tolist(), words)) == [(0, "中"), (1, "中国"), (2, "中国人"), (2, "国人")]
     empty = WordLexicon([])
     assert [len(a) for a in empty.find("中国", compiled=True)] == [0, 0]
+    from_generator = kernels.WordTrie(w for w in ["中国", "国人"])  # read twice inside
+    assert from_generator.find("中国人")[1].tolist() == [0, 1]
     with pytest.raises(ValueError, match="given twice"):
         kernels.WordTrie(["中国", "中国"])
     with pytest.raises(ValueError, match="empty"):

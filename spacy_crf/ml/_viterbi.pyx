@@ -45,6 +45,8 @@ def decode_flat(
     cdef Py_ssize_t num_docs = offsets.shape[0] - 1
     if num_docs < 0:
         raise ValueError("decode_flat: offsets must hold at least one entry (0)")
+    if num_tags == 0 and num_rows > 0:
+        raise ValueError("decode_flat: the emissions have rows but no tags")
     if transitions.shape[0] != num_tags or transitions.shape[1] != num_tags:
         raise ValueError(f"decode_flat: transitions {tuple(transitions.shape)[:2]} for {num_tags} tags")
     if start.shape[0] != num_tags or end.shape[0] != num_tags:
@@ -76,7 +78,7 @@ def decode_flat(
             for doc in range(num_docs):
                 first = offsets[doc]
                 length = offsets[doc + 1] - first
-                if length == 0 or num_tags == 0:
+                if length == 0:
                     continue
                 for j in range(num_tags):
                     emission = emissions[first, j]

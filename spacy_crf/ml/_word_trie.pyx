@@ -41,6 +41,7 @@ cdef class WordTrie:
     cdef readonly Py_ssize_t num_nodes
 
     def __init__(self, words):
+        words = list(words)  # read twice: sized first, then filled
         cdef Py_ssize_t total = 1
         cdef str word
         for word in words:
