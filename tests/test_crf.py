@@ -152,6 +152,7 @@ KERNELS = {
     "torch search, bulk backtrace": crf._decode_with(crf._search_torch, crf._backtrace_bulk),
     "torch search, numpy backtrace": crf._decode_with(crf._search_torch, crf._backtrace_numpy),
     "numpy": crf._decode_numpy,
+    "compiled": crf._decode_compiled,
 }
 
 

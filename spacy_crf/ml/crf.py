@@ -35,7 +35,7 @@ import numpy
 import torch
 from torch import Tensor
 
-from . import viterbi_numpy
+from . import kernels, viterbi_numpy
 
 # Why -1e30:
 # * every allowed path scores far above it. A path's score is bounded by
@@ -423,14 +423,32 @@ def _decode_numpy(batch: _Batch, transitions: Tensor, start: Tensor, end: Tensor
     return torch.from_numpy(path), torch.from_numpy(best_score)
 
 
+def _decode_compiled(batch: _Batch, transitions: Tensor, start: Tensor, end: Tensor) -> Tuple[Tensor, Tensor]:
+    """The same decoder again, in the compiled kernel (:mod:`.kernels`):
+    each row over its own real positions (masks are left-aligned, so the
+    masked rows are the rows one after another), with the same sums and
+    ties, so the paths and scores are identical."""
+    mask = batch.mask.numpy()
+    flat = numpy.ascontiguousarray(batch.emissions.numpy()[mask], dtype=numpy.float32)
+    offsets = numpy.zeros(len(mask) + 1, dtype=numpy.int64)
+    numpy.cumsum(batch.lengths.numpy(), out=offsets[1:])
+    paths, best_score = kernels.decode_flat(
+        flat, offsets, *(numpy.ascontiguousarray(t.numpy(), dtype=numpy.float32) for t in (transitions, start, end))
+    )
+    path = numpy.full(mask.shape, -1, dtype=numpy.int64)
+    path[mask] = paths
+    return torch.from_numpy(path), torch.from_numpy(best_score)
+
+
 # How Viterbi runs, by device and the size of a step ([K, K, B] elements),
 # as measured by scripts/bench_crf.py (docs/results.md, "CRF kernels"):
 #
 # * the search (the best score of each tag at each step) is a loop over the
 #   steps of ~4 small ops. On CPU, while a step is small (up to 21 tags at
 #   batch 32), each op's overhead dominates and numpy's is a fraction of
-#   torch's, so the whole decode runs in numpy; for larger steps torch's
-#   kernels win.
+#   torch's, so the whole decode runs in numpy, or in the compiled kernel
+#   with no op per step where it is built; for larger steps torch's kernels
+#   win.
 # * the backtrace: on CPU, walking back one step at a time and computing only
 #   the backpointer of the tag each row takes (O(T K B) work, numpy again);
 #   on accelerators, where small ops are launch-bound, every backpointer at
@@ -445,7 +463,7 @@ def _viterbi_decoder(device: torch.device, step_size: int) -> Callable:
     if device.type != "cpu":
         return _decode_with(_search_torch, _backtrace_bulk)
     if step_size <= _NUMPY_DECODE_MAX_STEP_SIZE:
-        return _decode_numpy
+        return _decode_compiled if kernels.decode_flat is not None and kernels.enabled() else _decode_numpy
     return _decode_with(_search_torch, _backtrace_numpy)
 
 
