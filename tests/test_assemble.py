@@ -297,6 +297,33 @@ def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
         lexicon_weight_from(words_file, None, tuning)
 
 
+def test_the_kernels_benchmark_compares_each_kernel_with_its_python_path(trained_dirs, tmp_path, capsys, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from conftest import load_script
+    from spacy.tokens import DocBin
+
+    assemble(trained_dirs / "cws", trained_dirs / "ner").to_disk(tmp_path / "pipeline")
+    texts = DocBin(docs=[spacy.blank("zh").make_doc(t) for t in ["张三去上海", "我在北京工作。", ""]])
+    texts.to_disk(tmp_path / "dev.spacy")
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    monkeypatch.syspath_prepend(str(scripts))
+    script = load_script(scripts / "bench_kernels.py")
+    out = tmp_path / "k.json"
+    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--repeats", "2", "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["bench_kernels.py", *argv])
+    script.main()
+    assert "| viterbi |" in capsys.readouterr().out
+    record = json.loads(out.read_text(encoding="utf8"))
+    assert record["chars"] == 12 and "viterbi" in record["per_1k_chars"]  # (this pipeline pools per head)
+    assert all(v > 0 for ways in record["per_1k_chars"].values() for v in ways.values())
+    # a kernel that gives another result than its Python path fails the run
+    monkeypatch.setattr(script, "same", lambda a, b: False)
+    with pytest.raises(SystemExit, match="different results"):
+        script.main()
+
+
 def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, tmp_path, capsys, monkeypatch):
     import json
     from pathlib import Path
