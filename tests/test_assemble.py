@@ -297,8 +297,10 @@ def test_assembly_with_a_lexicon(trained_dirs, tmp_path):
         lexicon_weight_from(words_file, None, tuning)
 
 
-def test_the_kernels_benchmark_compares_each_kernel_with_its_python_path(trained_dirs, tmp_path, capsys, monkeypatch):
-    import json
+def run_bench_script(name: str, trained_dirs, tmp_path, monkeypatch, *options: str):
+    """Run ``scripts/NAME`` on ``tmp_path/pipeline`` (the two trained heads
+    assembled) and ``tmp_path/dev.spacy`` (three texts, 12 characters, one
+    empty) with ``options``; the loaded script module."""
     from pathlib import Path
 
     from conftest import load_script
@@ -309,11 +311,19 @@ def test_the_kernels_benchmark_compares_each_kernel_with_its_python_path(trained
     texts.to_disk(tmp_path / "dev.spacy")
     scripts = Path(__file__).resolve().parents[1] / "scripts"
     monkeypatch.syspath_prepend(str(scripts))
-    script = load_script(scripts / "bench_kernels.py")
-    out = tmp_path / "k.json"
-    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--repeats", "2", "--out", str(out)]
-    monkeypatch.setattr("sys.argv", ["bench_kernels.py", *argv])
+    script = load_script(scripts / name)
+    monkeypatch.setattr("sys.argv", [name, str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), *options])
     script.main()
+    return script
+
+
+def test_the_kernels_benchmark_compares_each_kernel_with_its_python_path(trained_dirs, tmp_path, capsys, monkeypatch):
+    import json
+
+    out = tmp_path / "k.json"
+    script = run_bench_script(
+        "bench_kernels.py", trained_dirs, tmp_path, monkeypatch, "--repeats", "2", "--out", str(out)
+    )
     assert "| viterbi |" in capsys.readouterr().out
     record = json.loads(out.read_text(encoding="utf8"))
     assert record["chars"] == 12 and "viterbi" in record["per_1k_chars"]  # (this pipeline pools per head)
@@ -326,25 +336,9 @@ def test_the_kernels_benchmark_compares_each_kernel_with_its_python_path(trained
 
 def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, tmp_path, capsys, monkeypatch):
     import json
-    from pathlib import Path
 
-    from conftest import load_script
-    from spacy.tokens import DocBin
-
-    assemble(trained_dirs / "cws", trained_dirs / "ner").to_disk(tmp_path / "pipeline")
-    texts = DocBin(docs=[spacy.blank("zh").make_doc(t) for t in ["张三去上海", "我在北京工作。", ""]])
-    texts.to_disk(tmp_path / "dev.spacy")
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_crf_side.py")
-    argv = [
-        str(tmp_path / "pipeline"),
-        str(tmp_path / "dev.spacy"),
-        "--repeats",
-        "2",
-        "--output",
-        str(tmp_path / "b.json"),
-    ]
-    monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv])
-    script.main()
+    options = ["--repeats", "2", "--output", str(tmp_path / "b.json")]
+    script = run_bench_script("bench_crf_side.py", trained_dirs, tmp_path, monkeypatch, *options)
     out = capsys.readouterr().out
     assert "3 texts, 12 chars, 2 repeats" in out and "CRF side" in out
     record = json.loads((tmp_path / "b.json").read_text(encoding="utf8"))
@@ -383,7 +377,8 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     monkeypatch.undo()
     # the figures may not land on a data file: refused before the pipeline is loaded, the file intact
     before = (tmp_path / "dev.spacy").read_bytes()
-    monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv[:-1], str(tmp_path / "dev.spacy")])
+    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), *options[:-1], str(tmp_path / "dev.spacy")]
+    monkeypatch.setattr("sys.argv", ["bench_crf_side.py", *argv])
     with pytest.raises(OutputPathError):
         script.main()
     assert (tmp_path / "dev.spacy").read_bytes() == before
@@ -456,21 +451,13 @@ def test_the_n_process_benchmark_compares_one_and_two_processes_on_equal_outputs
     trained_dirs, tmp_path, capsys, monkeypatch
 ):
     import json
-    from pathlib import Path
-
-    from conftest import load_script
-    from spacy.tokens import DocBin
 
     from spacy_crf import _compat
 
-    assemble(trained_dirs / "cws", trained_dirs / "ner").to_disk(tmp_path / "pipeline")
-    texts = DocBin(docs=[spacy.blank("zh").make_doc(t) for t in ["张三去上海", "我在北京工作。", ""]])
-    texts.to_disk(tmp_path / "dev.spacy")
-    script = load_script(Path(__file__).resolve().parents[1] / "scripts" / "bench_n_process.py")
     out = tmp_path / "n.json"
-    argv = [str(tmp_path / "pipeline"), str(tmp_path / "dev.spacy"), "--repeats", "1", "--out", str(out)]
-    monkeypatch.setattr("sys.argv", ["bench_n_process.py", *argv])
-    script.main()
+    script = run_bench_script(
+        "bench_n_process.py", trained_dirs, tmp_path, monkeypatch, "--repeats", "1", "--out", str(out)
+    )
     assert "3 texts, 12 characters" in capsys.readouterr().out
     record = json.loads(out.read_text(encoding="utf8"))
     assert list(record["variants"]) == list(script.VARIANTS) and record["outputs_equal"] is True
