@@ -199,3 +199,26 @@ def test_compiled_pooling_checks_its_arguments():
         kernels.mean_rows([source], [ok_index], [ok_counts], numpy.zeros((2, 5), dtype="float32"))
     with pytest.raises(ValueError, match="one entry per doc"):
         kernels.mean_rows([source], [], [ok_counts], out)
+
+
+def test_a_missing_kernel_is_reported_once_at_prediction(monkeypatch):
+    import warnings
+
+    transitions = numpy.zeros((4, 4), dtype="float32")
+    scores = [numpy.ones((3, 4), dtype="float32")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built: no warning
+        viterbi_numpy.decode(scores, transitions, None, None)
+    monkeypatch.setattr(kernels, "_warned", False)
+    monkeypatch.setattr(kernels, "WordTrie", None)
+    monkeypatch.setenv(kernels.PURE_PYTHON, "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # switched off on purpose: no warning either
+        viterbi_numpy.decode(scores, transitions, None, None)
+    monkeypatch.delenv(kernels.PURE_PYTHON)
+    with pytest.warns(kernels.KernelsNotBuiltWarning, match=r"not built \(word_trie\)"):
+        got = viterbi_numpy.decode(scores, transitions, None, None)
+    assert [p.tolist() for p in got] == [[0, 0, 0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        viterbi_numpy.decode(scores, transitions, None, None)

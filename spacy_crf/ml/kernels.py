@@ -13,10 +13,13 @@ automaton and thinc's ``reduce_mean`` stay as the references the tests
 compare with, and as the fallback of a source tree that was never built.
 
 ``SPACY_CRF_PURE_PYTHON=1`` in the environment (or :func:`enabled` patched
-in a benchmark) runs the pure-Python paths with the kernels built.
+in a benchmark) runs the pure-Python paths with the kernels built. Where
+they were not built (pip found no C compiler, and hides why), the first
+prediction says so with a :class:`KernelsNotBuiltWarning`.
 """
 
 import os
+import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy
@@ -49,3 +52,28 @@ def enabled() -> bool:
 def built() -> Dict[str, bool]:
     """Which kernels this installation has."""
     return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None, "pooling": mean_rows is not None}
+
+
+class KernelsNotBuiltWarning(UserWarning):
+    """The compiled kernels are missing: prediction runs the slower pure-Python paths."""
+
+
+_warned = False
+
+
+def warn_if_not_built() -> None:
+    """Warn once per process when a kernel is missing and the kernels are not
+    switched off on purpose."""
+    global _warned
+    missing = [name for name, is_built in built().items() if not is_built]
+    if _warned or not missing or not enabled():
+        return
+    _warned = True
+    warnings.warn(
+        KernelsNotBuiltWarning(
+            f"spacy-crf's compiled kernels are not built ({', '.join(missing)}): predictions are the same, "
+            "from slower pure-Python paths. Reinstall spacy-crf where a C compiler is available "
+            f"(or set {PURE_PYTHON}=1 to run without them on purpose)."
+        ),
+        stacklevel=3,
+    )

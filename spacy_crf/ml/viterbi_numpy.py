@@ -112,6 +112,7 @@ def decode(
     lengths = numpy.array([len(s) for s in scores], dtype=numpy.int64)
     num_tags = len(transitions)
     B, T = len(scores), int(lengths.max(initial=0))
+    kernels.warn_if_not_built()
     compiled = kernels.decode_flat is not None and kernels.enabled() and not use_numpy
     if compiled:
         flat_mask = _flat_tag_masks(tag_masks, lengths, T, num_tags)
