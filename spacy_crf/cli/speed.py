@@ -193,7 +193,7 @@ def _report_kernels() -> None:
     """Say when the timings run without the compiled kernels, and why."""
     from ..ml import kernels
 
-    missing = [name for name, built in kernels.built().items() if not built]
+    missing = kernels.missing()
     if missing:
         msg.warn(
             f"compiled kernels not built ({', '.join(missing)}): their pure-Python paths run instead. "

@@ -429,11 +429,8 @@ def _decode_compiled(batch: _Batch, transitions: Tensor, start: Tensor, end: Ten
     masked rows are the rows one after another), with the same sums and
     ties, so the paths and scores are identical."""
     mask = batch.mask.numpy()
-    flat = numpy.ascontiguousarray(batch.emissions.numpy()[mask], dtype=numpy.float32)
-    offsets = numpy.zeros(len(mask) + 1, dtype=numpy.int64)
-    numpy.cumsum(batch.lengths.numpy(), out=offsets[1:])
-    paths, best_score = kernels.decode_flat(
-        flat, offsets, *(numpy.ascontiguousarray(t.numpy(), dtype=numpy.float32) for t in (transitions, start, end))
+    paths, best_score, _ = viterbi_numpy.decode_rows(
+        batch.emissions.numpy()[mask], batch.lengths.numpy(), transitions.numpy(), start.numpy(), end.numpy()
     )
     path = numpy.full(mask.shape, -1, dtype=numpy.int64)
     path[mask] = paths
@@ -463,7 +460,7 @@ def _viterbi_decoder(device: torch.device, step_size: int) -> Callable:
     if device.type != "cpu":
         return _decode_with(_search_torch, _backtrace_bulk)
     if step_size <= _NUMPY_DECODE_MAX_STEP_SIZE:
-        return _decode_compiled if kernels.decode_flat is not None and kernels.enabled() else _decode_numpy
+        return _decode_compiled if kernels.active(kernels.decode_flat) else _decode_numpy
     return _decode_with(_search_torch, _backtrace_numpy)
 
 

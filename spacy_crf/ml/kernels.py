@@ -20,7 +20,7 @@ prediction says so with a :class:`KernelsNotBuiltWarning`.
 
 import os
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy
 
@@ -49,9 +49,19 @@ def enabled() -> bool:
     return os.environ.get(PURE_PYTHON, "") in ("", "0")
 
 
+def active(kernel: Optional[Any]) -> bool:
+    """Whether to call ``kernel`` (one of this module's names): built, and enabled."""
+    return kernel is not None and enabled()
+
+
 def built() -> Dict[str, bool]:
     """Which kernels this installation has."""
     return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None, "pooling": mean_rows is not None}
+
+
+def missing() -> List[str]:
+    """The kernels this installation lacks."""
+    return [name for name, is_built in built().items() if not is_built]
 
 
 class KernelsNotBuiltWarning(UserWarning):
@@ -65,13 +75,12 @@ def warn_if_not_built() -> None:
     """Warn once per process when a kernel is missing and the kernels are not
     switched off on purpose."""
     global _warned
-    missing = [name for name, is_built in built().items() if not is_built]
-    if _warned or not missing or not enabled():
+    if _warned or not missing() or not enabled():
         return
     _warned = True
     warnings.warn(
         KernelsNotBuiltWarning(
-            f"spacy-crf's compiled kernels are not built ({', '.join(missing)}): predictions are the same, "
+            f"spacy-crf's compiled kernels are not built ({', '.join(missing())}): predictions are the same, "
             "from slower pure-Python paths. Reinstall spacy-crf where a C compiler is available "
             f"(or set {PURE_PYTHON}=1 to run without them on purpose)."
         ),

@@ -214,7 +214,7 @@ class WordLexicon:
         compiled trie (True) or the automaton (False); by default the trie
         where it is built and :func:`~spacy_crf.ml.kernels.enabled`."""
         if compiled is None:
-            compiled = kernels.WordTrie is not None and kernels.enabled()
+            compiled = kernels.active(kernels.WordTrie)
         if compiled:
             trie = self.__dict__.get("_trie")  # (absent from a lexicon pickled before there was one)
             if trie is None:

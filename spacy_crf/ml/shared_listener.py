@@ -106,7 +106,7 @@ def mean_pooled(tok2vec: Model, data: Sequence[object]) -> Optional[List[Floats2
     if any(source.shape[1] != width for source in sources):
         return None
     counts = [len(doc_lengths) for doc_lengths in lengths]
-    if kernels.mean_rows is not None and kernels.enabled():
+    if kernels.active(kernels.mean_rows):
         means = numpy.empty((sum(counts), width), dtype=numpy.float32)
         kernels.mean_rows(
             sources,

@@ -14,9 +14,13 @@ below, so both share one implementation.
 from typing import List, Optional, Sequence, Tuple
 
 import numpy
+from thinc.api import NumpyOps
 
-from ..util import RowBlocks, joined_rows
+from ..util import flat_rows
 from . import kernels
+
+#: what :func:`spacy_crf.util.flat_rows` concatenates row blocks with where they are not one array's
+_NUMPY_OPS = NumpyOps()
 
 #: :data:`spacy_crf.ml.crf.IMPOSSIBLE` (not imported: that module imports this one)
 IMPOSSIBLE = numpy.float32(-1e30)
@@ -87,11 +91,17 @@ def pad_tag_masks(tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], B: int
     padded = numpy.ones((B, T, K), dtype=bool)
     for i, m in enumerate(tag_masks):
         if m is not None:
-            m = numpy.asarray(m, dtype=bool)
-            if m.ndim != 2 or m.shape[1] != K or m.shape[0] > T:
-                raise ValueError(f"tag mask {i} has shape {m.shape}; expected ({T} or fewer, {K})")
+            m = _checked_mask(i, m, T, K)
             padded[i, : len(m)] = m
     return padded
+
+
+def _checked_mask(i: int, mask, T: int, K: int) -> numpy.ndarray:
+    """Doc ``i``'s tag mask as a bool array; an error unless it is ``[T or fewer, K]``."""
+    mask = numpy.asarray(mask, dtype=bool)
+    if mask.ndim != 2 or mask.shape[1] != K or mask.shape[0] > T:
+        raise ValueError(f"tag mask {i} has shape {mask.shape}; expected ({T} or fewer, {K})")
+    return mask
 
 
 def decode(
@@ -113,7 +123,7 @@ def decode(
     num_tags = len(transitions)
     B, T = len(scores), int(lengths.max(initial=0))
     kernels.warn_if_not_built()
-    compiled = kernels.decode_flat is not None and kernels.enabled() and not use_numpy
+    compiled = kernels.active(kernels.decode_flat) and not use_numpy
     if compiled:
         flat_mask = _flat_tag_masks(tag_masks, lengths, T, num_tags)
     else:
@@ -178,9 +188,7 @@ def _flat_tag_masks(
     first = 0
     for i, (m, n) in enumerate(zip(tag_masks, lengths.tolist())):
         if m is not None:
-            m = numpy.asarray(m, dtype=bool)
-            if m.ndim != 2 or m.shape[1] != K or m.shape[0] > T:
-                raise ValueError(f"tag mask {i} has shape {m.shape}; expected ({T} or fewer, {K})")
+            m = _checked_mask(i, m, T, K)
             rows = min(n, len(m))
             flat[first : first + rows] = m[:rows]
         first += n
@@ -197,19 +205,27 @@ def _decode_compiled(
 ) -> List[numpy.ndarray]:
     """:func:`decode`'s result from the compiled kernel, over the docs' rows
     as one flat ``[N, K]`` array (the tagger's own array where the docs are
-    its row blocks: :class:`spacy_crf.util.RowBlocks`)."""
-    flat = scores.flat if isinstance(scores, RowBlocks) and scores.flat is not None else joined_rows(scores)
-    if flat is None:
-        flat = numpy.concatenate(scores)
-    offsets = numpy.zeros(len(lengths) + 1, dtype=numpy.int64)
-    numpy.cumsum(lengths, out=offsets[1:])
-    paths, _ = kernels.decode_flat(
-        numpy.ascontiguousarray(flat, dtype=numpy.float32),
-        offsets,
-        numpy.ascontiguousarray(transitions, dtype=numpy.float32),
-        numpy.ascontiguousarray(start, dtype=numpy.float32),
-        numpy.ascontiguousarray(end, dtype=numpy.float32),
-        flat_mask,
-    )
+    its row blocks: :func:`spacy_crf.util.flat_rows`)."""
+    paths, _, offsets = decode_rows(flat_rows(_NUMPY_OPS, scores), lengths, transitions, start, end, flat_mask)
     bounds = offsets.tolist()
     return [paths[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def decode_rows(
+    flat: numpy.ndarray,
+    lengths: numpy.ndarray,
+    transitions: numpy.ndarray,
+    start: numpy.ndarray,
+    end: numpy.ndarray,
+    allowed: Optional[numpy.ndarray] = None,
+) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """The compiled kernel (:func:`spacy_crf.ml.kernels.decode_flat`) over
+    docs whose emissions are consecutive rows of ``flat [N, K]``, ``lengths
+    [B]`` rows each: ``(paths [N], best scores [B], offsets [B + 1])``."""
+    offsets = numpy.zeros(len(lengths) + 1, dtype=numpy.int64)
+    numpy.cumsum(lengths, out=offsets[1:])
+    flat, transitions, start, end = (
+        numpy.ascontiguousarray(a, dtype=numpy.float32) for a in (flat, transitions, start, end)
+    )
+    paths, best = kernels.decode_flat(flat, offsets, transitions, start, end, allowed)
+    return paths, best, offsets
