@@ -139,7 +139,7 @@ class WordLexicon:
         ordered, self.words = _checked_words(words, self.min_chars)
         self.word_list: Tuple[str, ...] = tuple(ordered)
         self.max_length = max(map(len, self.word_list), default=0)
-        self._automaton: Optional[Tuple[object, _Codec, numpy.ndarray]] = None
+        self._automaton: Optional[Tuple[object, _Codec]] = None
         self._trie: Optional[Any] = None
 
     def __len__(self) -> int:
@@ -152,7 +152,7 @@ class WordLexicon:
         # caches (the automaton) are rebuilt on demand (multiprocessing pickles pipes)
         return {**{k: v for k, v in self.__dict__.items() if not k.startswith("_")}, "_automaton": None, "_trie": None}
 
-    def _matcher(self) -> Tuple[object, _Codec, numpy.ndarray]:
+    def _matcher(self) -> Tuple[object, _Codec]:
         if self._automaton is None:
             import ahocorasick
 
@@ -174,8 +174,7 @@ class WordLexicon:
             for i in sorted(range(len(encoded)), key=encoded.__getitem__):
                 automaton.add_word(encoded[i], i)
             automaton.make_automaton()
-            lengths = numpy.array([len(word) for word in self.word_list], dtype="int64")
-            self._automaton = (automaton, codec, lengths)
+            self._automaton = (automaton, codec)
         return self._automaton
 
     def match_arrays(
@@ -220,7 +219,7 @@ class WordLexicon:
             if trie is None:
                 trie = self._trie = kernels.WordTrie(self.word_list)
             return trie.find(text)
-        automaton, codec, _ = self._matcher()
+        automaton, codec = self._matcher()
         pairs = automaton.iter(text.translate(codec))  # type: ignore[attr-defined]
         found = numpy.fromiter(itertools.chain.from_iterable(pairs), dtype="int64").reshape(-1, 2)
         return found[:, 0] // 2, found[:, 1]
