@@ -25,8 +25,12 @@ cdef enum:
 cdef uint64_t EMPTY = <uint64_t>-1
 
 
-cdef inline uint64_t _slot(uint64_t key, uint64_t mask) nogil:
-    return ((key * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+cdef inline uint64_t _slot(const uint64_t* keys, uint64_t mask, uint64_t key) nogil:
+    """Where ``key`` is in the table, or the empty slot where it would go."""
+    cdef uint64_t slot = ((key * <uint64_t>0x9E3779B97F4A7C15) >> 20) & mask
+    while keys[slot] != EMPTY and keys[slot] != key:
+        slot = (slot + 1) & mask
+    return slot
 
 
 cdef class WordTrie:
@@ -65,9 +69,7 @@ cdef class WordTrie:
             node = 0
             for ch in reversed(word):
                 key = (<uint64_t>node << CODE_BITS) | <uint64_t>ch
-                slot = _slot(key, self.mask)
-                while self.keys[slot] != EMPTY and self.keys[slot] != key:
-                    slot = (slot + 1) & self.mask
+                slot = _slot(&self.keys[0], self.mask, key)
                 if self.keys[slot] == EMPTY:
                     self.keys[slot] = key
                     self.children[slot] = <int32_t>nodes
@@ -106,9 +108,7 @@ cdef class WordTrie:
                 for first in range(last, limit, -1):
                     ch = text[first]
                     key = (<uint64_t>node << CODE_BITS) | <uint64_t>ch
-                    slot = _slot(key, self.mask)
-                    while self.keys[slot] != EMPTY and self.keys[slot] != key:
-                        slot = (slot + 1) & self.mask
+                    slot = _slot(&self.keys[0], self.mask, key)
                     if self.keys[slot] == EMPTY:
                         break
                     node = self.children[slot]
