@@ -34,14 +34,16 @@ from spacy_crf.ml.lexicon_match import WordLexicon, batch_texts
 from spacy_crf.pipeline.crf_tagger import CRFTagger
 
 
+def features_lexicon(nlp):
+    """The lexicon features' dictionary of the first CRF tagger that has one, or None."""
+    lexicons = (lexicon_features.model_lexicon(pipe.model) for _, pipe in nlp.pipeline if isinstance(pipe, CRFTagger))
+    return next((lexicon for lexicon in lexicons if lexicon is not None), None)
+
+
 def collect(nlp, texts: List[str], batch_size: int) -> Dict[str, List[Callable[[], Any]]]:
     """Per step, one call per batch that reruns what the pipeline did there."""
     steps: Dict[str, List[Callable[[], Any]]] = {"viterbi": [], "matching": [], "pooling": []}
-    lexicon = None
-    for name in nlp.pipe_names:
-        pipe = nlp.get_pipe(name)
-        if isinstance(pipe, CRFTagger) and lexicon is None:
-            lexicon = lexicon_features.model_lexicon(pipe.model)
+    lexicon = features_lexicon(nlp)
     real_decode, real_pool = tagger_model.decode, shared_listener.mean_pooled
 
     def decode(model, scores, *args, **kwargs):  # (the scores are read-only: kept as they are)
@@ -104,7 +106,7 @@ def main() -> None:
                 seconds[step][way].append(time.perf_counter() - start)
             if not same(results["python"], results["compiled"]):
                 sys.exit(f"{step}: the kernel and the pure-Python path give different results")
-    lexicon = next((lexicon_features.model_lexicon(p.model) for _, p in nlp.pipeline if isinstance(p, CRFTagger)), None)
+    lexicon = features_lexicon(nlp)
     build = {}
     if lexicon is not None:
         fresh = WordLexicon(lexicon.word_list)
