@@ -207,6 +207,26 @@ def test_initialize_exports_the_model_named_in_the_config(tiny_bert_dir):
     assert len(list(nlp.pipe(TEXTS))) == len(TEXTS)
 
 
+def test_the_cpu_check_names_openvino(float_dir, openvino_dir, monkeypatch):
+    # the message names the runtime the user asked for, not the ONNX graph it goes through
+    import torch
+
+    from spacy_crf.encoders import swap
+
+    nlp, exported = spacy.load(float_dir), spacy.load(openvino_dir)
+    shim = exported.get_pipe("transformer").model.layers[0].shims[0]
+    (encoder,) = encoders(exported)
+    monkeypatch.setattr(swap, "get_torch_default_device", lambda: torch.device("meta"))
+    with pytest.raises(
+        ValueError, match="export_openvino: OpenVINO encoders run on CPU only.*default torch device is meta"
+    ):
+        export_openvino(nlp)
+    with pytest.raises(ValueError, match="Exporting a transformer to OpenVINO: OpenVINO encoders run on CPU only"):
+        shim.set_encoder(encoder)
+    with pytest.raises(ValueError, match="export_pipeline: ONNX encoders run on CPU only"):
+        export_pipeline(nlp)
+
+
 def test_misuse_is_a_clear_error(float_dir, openvino_dir, tmp_path):
     nlp = spacy.load(openvino_dir)
     cfg = nlp.config.to_str()

@@ -45,7 +45,6 @@ from thinc.api import Model
 from .onnx_graph import (
     QUANTIZE,
     OnnxEncoder,
-    check_cpu,
     check_quantize,
     export_onnx,
     quantize_onnx,
@@ -57,6 +56,7 @@ from .swap import (
     InferenceOnlyShim,
     build_tok2vec_transformer,
     build_transformer_model,
+    check_cpu,
     plan_swap,
     rewrite_blocks,
     swap_hf_shim,
@@ -131,7 +131,7 @@ class OnnxHFShim(InferenceOnlyShim):
     def set_encoder(self, transformer: torch.nn.Module) -> None:
         """Export ``transformer`` (a Hugging Face model, or this shim's kind
         of encoder already) and make the result the shim's model."""
-        check_cpu(f"Exporting a transformer to {self.runtime}")
+        check_cpu(f"Exporting a transformer to {self.runtime}", self.kind)
         if not isinstance(transformer, OnnxEncoder):
             transformer = self.exported(transformer.to("cpu"))
         self.use_encoder(transformer)
@@ -239,7 +239,7 @@ def export_pipeline(nlp: Language, *, quantize: str = "none") -> Language:
     raises ``OnnxTrainingError``.
     """
     check_quantize(quantize)
-    check_cpu("export_pipeline")
+    check_cpu("export_pipeline", "ONNX")
     require_onnxruntime()
     from .openvino_backend import OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH  # it builds on this module
 

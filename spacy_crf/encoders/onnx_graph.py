@@ -35,8 +35,6 @@ import numpy
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from . import swap
-
 QUANTIZE = ("none", "int8")
 # 17 has LayerNormalization as one op; every ONNX Runtime this package allows runs it
 OPSET = 17
@@ -69,10 +67,6 @@ def check_quantize(quantize: str) -> str:
     if quantize not in QUANTIZE:
         raise ValueError(f"Unknown ONNX quantization {quantize!r}: expected one of {list(QUANTIZE)}")
     return quantize
-
-
-def check_cpu(what: str) -> None:
-    swap.check_cpu(what, "ONNX")
 
 
 def require(module: str, backend: str = "ONNX", extra: str = "onnx"):

@@ -42,9 +42,9 @@ from thinc.api import Model
 from .._compat import hf_shim_state, pipeline_nodes
 from ..hardware import has_int8_dot_products
 from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim, set_exported_transformer
-from .onnx_graph import DIGEST, OnnxEncoder, check_cpu, check_digest, check_quantize, digest_state, export_onnx, require
+from .onnx_graph import DIGEST, OnnxEncoder, check_digest, check_quantize, digest_state, export_onnx, require
 from .quantize import QuantizedHFShim
-from .swap import build_tok2vec_transformer, build_transformer_model, plan_swap, rewrite_blocks, swap_hf_shim
+from .swap import build_tok2vec_transformer, build_transformer_model, check_cpu, plan_swap, rewrite_blocks, swap_hf_shim
 
 __all__ = [
     "OPENVINO_ARCH",
@@ -222,6 +222,7 @@ class OpenVINOHFShim(OnnxHFShim):
 
     runtime = "OpenVINO"
     export_function = "spacy_crf.encoders.openvino_backend.export_openvino"
+    kind = "OpenVINO"
 
     def __init__(
         self,
@@ -383,7 +384,7 @@ def export_openvino(
     """
     check_quantize(quantize)
     check_precision(precision)
-    check_cpu("export_openvino")
+    check_cpu("export_openvino", "OpenVINO")
     _openvino()
     require("onnx", "OpenVINO", "openvino")  # the export goes through ONNX
     if quantize == "int8":

@@ -99,10 +99,6 @@ def _describe(dtype: str) -> str:
     return "set to predict in bfloat16" if dtype == "bfloat16" else f"dynamically quantized ({dtype})"
 
 
-def _check_cpu(what: str) -> None:
-    check_cpu(what, "quantized")
-
-
 def _quantize_module(module: torch.nn.Module, dtype: str, embeddings: bool = False) -> torch.nn.Module:
     """Return ``module`` with every ``torch.nn.Linear`` dynamically quantized
     to ``dtype`` and, with ``embeddings``, every ``torch.nn.Embedding``
@@ -193,7 +189,7 @@ class QuantizedHFShim(InferenceOnlyShim):
     def set_quantized(self, transformer: torch.nn.Module) -> None:
         """Quantize ``transformer`` (a float or already quantized HF model) and
         make it the shim's model."""
-        _check_cpu("Quantizing a transformer")
+        check_cpu("Quantizing a transformer", "quantized")
         transformer = transformer.to("cpu")
         if not is_quantized(transformer):
             transformer = _quantize_module(transformer, self.dtype, self.embeddings)
@@ -310,7 +306,7 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
     ``QuantizedTrainingError``.
     """
     _check_dtype(dtype)
-    _check_cpu("quantize_pipeline")
+    check_cpu("quantize_pipeline", "quantized")
     plan = plan_swap(nlp, QUANTIZABLE_ARCHS, "quantize component {name!r}", "quantized")
     for models, blocks in plan:
         for model in models:
