@@ -15,8 +15,10 @@ from setuptools import Extension, setup
 KERNELS = ["_viterbi", "_word_trie", "_pooling"]
 
 # The kernels promise the pure-Python paths' float32 results to the bit: no
-# fused multiply-adds, whatever -march a builder's CFLAGS ask for.
-FLAGS = [] if sys.platform == "win32" else ["-ffp-contract=off"]
+# fused multiply-adds, whatever -march a builder's CFLAGS ask for. Python's
+# own CFLAGS carry -g, which made each module about a megabyte of debug
+# information; -g0 (later on the command line, so it wins) leaves it out.
+FLAGS = [] if sys.platform == "win32" else ["-ffp-contract=off", "-g0"]
 EXTENSIONS = cythonize(
     [Extension(f"spacy_crf.ml.{name}", [f"spacy_crf/ml/{name}.pyx"], extra_compile_args=FLAGS) for name in KERNELS]
 )
