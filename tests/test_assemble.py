@@ -364,6 +364,13 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     assert list(record["objects_alone_per_1k_chars"]) == ["in place", "new docs", "on the new docs"]
     assert all(value > 0 for value in record["objects_alone_per_1k_chars"].values())
     assert "the spaCy objects alone" in out
+    # and the least work besides them, which with the objects bounds the CRF side from below
+    least = record["least_work_per_1k_chars"]
+    assert list(least) == ["texts", "dense products", "Viterbi"] and all(v > 0 for v in least.values())
+    objects = record["objects_alone_per_1k_chars"]
+    handed_on = objects["new docs"] + objects["on the new docs"]  # (the merge returns new docs)
+    assert record["crf_side_at_least"] == pytest.approx(handed_on + sum(least.values()))
+    assert "the least work besides them: texts" in out
     # built alone, they must be the pipeline's output, or the floor is of something else
     with monkeypatch.context() as patch, pytest.raises(SystemExit, match="the spaCy objects built alone differ"):
         patch.setattr(script, "span_tables", lambda doc: [])  # (the words left out)
