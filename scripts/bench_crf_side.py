@@ -46,7 +46,9 @@ products and its Viterbi search, on the arrays the pipeline computed. The
 floor and that work together bound the CRF side from below; the script
 gives their share of the pipeline with the encoder's pass, which is timed
 on a second pass over the texts (the first pass of a process also sets
-the encoder's runtime up for each batch shape).
+the encoder's runtime up for each batch shape). Beside the bound, the
+same dense products through torch in float32 and in bfloat16: what the
+products would take that way.
 """
 
 import argparse
@@ -55,11 +57,12 @@ import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 from unittest import mock
 
 import numpy
 import spacy
+import torch
 from bench_common import doc_view, timed
 from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc
@@ -222,7 +225,13 @@ def objects_alone(vocab, encoded: List[Doc], finished: Dict[str, List[Doc]], in_
     return {part: statistics.median(values) for part, values in times.items()}
 
 
-def least_work(nlp, encoded: List[Doc], taggers: List[str], batch_size: int, repeats: int) -> Dict[str, float]:
+#: the dense products timed through torch beside the pipeline's (not in the bound)
+TORCH_PRODUCTS = {"dense products, torch float32": torch.float32, "dense products, torch bfloat16": torch.bfloat16}
+
+
+def least_work(
+    nlp, encoded: List[Doc], taggers: List[str], batch_size: int, repeats: int
+) -> Tuple[Dict[str, float], Dict[str, float]]:
     """Median wall seconds, batch by batch, of the work any CRF side does
     besides building its spaCy objects: each doc's text read once (the
     dictionary is matched on it), each tagger's dense products (its token
@@ -230,7 +239,12 @@ def least_work(nlp, encoded: List[Doc], taggers: List[str], batch_size: int, rep
     Viterbi search, on the arrays the pipeline computed. The pooling is
     left out: compiled products could read the transformer's rows where
     they lie instead of a pooled copy. Nothing of the merge is counted but
-    its objects."""
+    its objects.
+
+    Second, beside it, the same dense products through torch in float32 and
+    in bfloat16 (:data:`TORCH_PRODUCTS`), on one thread as the pipeline's,
+    their inputs converted beforehand (as if the layers before handed them
+    on in that type): what the products would take that way."""
     ops = nlp.get_pipe(taggers[0]).model.ops if taggers else None
     work = []  # per batch: (docs, [(X, W, b, F, Wl, bl, scores, pipe)])
     for docs in minibatch([d.copy() for d in encoded], size=batch_size):
@@ -247,27 +261,54 @@ def least_work(nlp, encoded: List[Doc], taggers: List[str], batch_size: int, rep
                 features = model.get_ref(lexicon_features.REF)
                 F = lexicon_features.lexicon_features(lexicon_features.lexicon_of(features), docs)
                 Wl, bl = (features.get_param(n) for n in (lexicon_features.PROJECTION_W, lexicon_features.PROJECTION_B))
-            heads.append((X, W, b, F, Wl, bl, pipe.emission_scores(docs), pipe))
+            arrays = (X, W, b, F, Wl, bl)
+            tensors = {
+                label: [None if a is None else torch.from_numpy(numpy.array(a)).to(dtype) for a in arrays]
+                for label, dtype in TORCH_PRODUCTS.items()
+            }
+            heads.append((*arrays, pipe.emission_scores(docs), pipe, tensors))
         work.append((docs, heads))
-    times: Dict[str, List[float]] = {"texts": [], "dense products": [], "Viterbi": []}
-    for _ in range(repeats):
-        lap = dict.fromkeys(times, 0.0)
-        for docs, heads in work:
+    times: Dict[str, List[float]] = {
+        "texts": [],
+        "dense products": [],
+        "Viterbi": [],
+        **{k: [] for k in TORCH_PRODUCTS},
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(repeats):
+            _least_work_pass(ops, work, times)
+    finally:
+        torch.set_num_threads(threads)
+    medians = {part: statistics.median(values) for part, values in times.items()}
+    return {k: v for k, v in medians.items() if k not in TORCH_PRODUCTS}, {k: medians[k] for k in TORCH_PRODUCTS}
+
+
+def _least_work_pass(ops, work, times: Dict[str, List[float]]) -> None:
+    """One timed pass of :func:`least_work` over its batches."""
+    lap = dict.fromkeys(times, 0.0)
+    for docs, heads in work:
+        start = time.perf_counter()
+        [doc.text for doc in docs]
+        lap["texts"] += time.perf_counter() - start
+        for X, W, b, F, Wl, bl, scores, pipe, tensors in heads:
             start = time.perf_counter()
-            [doc.text for doc in docs]
-            lap["texts"] += time.perf_counter() - start
-            for X, W, b, F, Wl, bl, scores, pipe in heads:
+            matmul(ops, X, W, trans2=True) + b
+            if F is not None:
+                numpy.tanh(matmul(ops, F, Wl, trans2=True) + bl)
+            lap["dense products"] += time.perf_counter() - start
+            start = time.perf_counter()
+            tagger_model.decode(pipe.model, scores, pipe.constraints)
+            lap["Viterbi"] += time.perf_counter() - start
+            for label, (Xt, Wt, bt, Ft, Wlt, blt) in tensors.items():
                 start = time.perf_counter()
-                matmul(ops, X, W, trans2=True) + b
-                if F is not None:
-                    numpy.tanh(matmul(ops, F, Wl, trans2=True) + bl)
-                lap["dense products"] += time.perf_counter() - start
-                start = time.perf_counter()
-                tagger_model.decode(pipe.model, scores, pipe.constraints)
-                lap["Viterbi"] += time.perf_counter() - start
-        for part, value in lap.items():
-            times[part].append(value)
-    return {part: statistics.median(values) for part, values in times.items()}
+                torch.nn.functional.linear(Xt, Wt, bt)
+                if Ft is not None:
+                    torch.tanh(torch.nn.functional.linear(Ft, Wlt, blt))
+                lap[label] += time.perf_counter() - start
+    for part, value in lap.items():
+        times[part].append(value)
 
 
 ENT_COLUMNS = ["ENT_IOB", "ENT_TYPE"]
@@ -379,10 +420,10 @@ def main() -> None:
         + ", ".join(f"{part} {value:.4f}" for part, value in floor_1k.items())
         + f"): {100 * floor_total / (floor_total + encoder_per_1k):.1f} % of the pipeline"
     )
-    least = {
-        part: value / n_chars * 1000
-        for part, value in least_work(nlp, encoded, taggers, args.batch_size, args.repeats).items()
-    }
+    least, through_torch = (
+        {part: value / n_chars * 1000 for part, value in seconds.items()}
+        for seconds in least_work(nlp, encoded, taggers, args.batch_size, args.repeats)
+    )
     # where a step returns new docs, the objects left on the character docs
     # are read by it alone: a CRF side could hand the arrays on instead
     handed_on = floor_total - (floor_1k["in place"] if steps and not in_place[steps[-1]] else 0.0)
@@ -393,6 +434,7 @@ def main() -> None:
         + f"; with the objects that reach the output ({handed_on:.4f}) {bound:.4f}, "
         + f"{100 * bound / (bound + encoder_per_1k):.1f} % of the pipeline"
     )
+    print("  beside them (not in the bound): " + ", ".join(f"{k} {v:.5f}" for k, v in through_torch.items()))
     if args.output:
         record = {
             "texts": len(texts),
@@ -406,6 +448,7 @@ def main() -> None:
             "objects_alone_per_1k_chars": floor_1k,
             "least_work_per_1k_chars": least,
             "crf_side_at_least": bound,
+            "dense_products_through_torch_per_1k_chars": through_torch,
         }
         write_json_atomic(args.output, {**record, "hardware": hardware()})
 

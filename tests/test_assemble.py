@@ -371,6 +371,10 @@ def test_the_crf_side_benchmark_times_each_step_after_the_encoder(trained_dirs, 
     handed_on = objects["new docs"] + objects["on the new docs"]  # (the merge returns new docs)
     assert record["crf_side_at_least"] == pytest.approx(handed_on + sum(least.values()))
     assert "the least work besides them: texts" in out
+    # the products through torch are printed beside the bound, not counted in it
+    torch_products = record["dense_products_through_torch_per_1k_chars"]
+    assert list(torch_products) == ["dense products, torch float32", "dense products, torch bfloat16"]
+    assert all(v > 0 for v in torch_products.values()) and "dense products, torch bfloat16" in out
     # built alone, they must be the pipeline's output, or the floor is of something else
     with monkeypatch.context() as patch, pytest.raises(SystemExit, match="the spaCy objects built alone differ"):
         patch.setattr(script, "span_tables", lambda doc: [])  # (the words left out)
