@@ -451,3 +451,45 @@ def test_an_ignored_sigint_stays_ignored_and_the_default_one_is_restored_after()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_workers_forked_during_a_run_die_of_a_signal_by_its_default_action():
+    # A Python handler runs only when the worker's main thread is back in the
+    # interpreter: a worker stuck in native code would outlive SIGTERM, and
+    # nlp.pipe would join it forever. Forked during a run, a worker has the
+    # default actions; forked outside one, a child keeps what it inherits.
+    import signal
+
+    from spacy_crf.annotate.engines import workers_stop_on_signal
+
+    def child_handlers():
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report its handlers and leave at once
+            os.close(read)
+            got = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+            os.write(write, ",".join("default" if h is signal.SIG_DFL else "other" for h in got).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+        return said
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # as a process starts (other tests or libraries may have left handlers)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with workers_stop_on_signal():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the run's own handler, here
+            assert child_handlers() == "default,default"
+        assert child_handlers() == "other,default"  # Python's KeyboardInterrupt handler, inherited
+        # someone else's handler is theirs, in the workers too
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        with workers_stop_on_signal():
+            assert child_handlers() == "default,other"
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

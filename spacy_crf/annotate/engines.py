@@ -232,18 +232,40 @@ class Terminated(BaseException):
         self.signum = signum
 
 
+#: the handler :func:`workers_stop_on_signal` has installed in this process, if any
+_run_handler: Optional[Any] = None
+_fork_hook_installed = False
+
+
+def _signals_default_in_child() -> None:
+    """In a process forked while the run's handler was installed (a worker):
+    SIGINT and SIGTERM back to their defaults, so that either kills it at
+    once. A Python handler waits for the worker's main thread to come back
+    to the interpreter, which a worker stuck in native code never does:
+    ``nlp.pipe`` would then join it forever."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if _run_handler is not None and signal.getsignal(signum) is _run_handler:
+            signal.signal(signum, signal.SIG_DFL)
+
+
 @contextmanager
 def workers_stop_on_signal(workers: bool = True) -> Iterator[None]:
     """SIGINT and SIGTERM terminate the worker processes started meanwhile
     (``nlp.pipe(n_process > 1)``), then raise ``KeyboardInterrupt`` or
     ``Terminated`` here. Without it, SIGINT to this process alone left
     ``nlp.pipe`` joining workers blocked on a full pipe (a hang), and SIGTERM
-    left them orphaned, blocked forever. A signal that is ignored (``nohup``,
-    a background job) or has someone else's handler is left as it is.
-    ``workers=False``: none will be started (skips the look for queues)."""
+    left them orphaned, blocked forever. The workers themselves die of either
+    signal by its default action (:func:`_signals_default_in_child`). A
+    signal that is ignored (``nohup``, a background job) or has someone
+    else's handler is left as it is. ``workers=False``: none will be started
+    (skips the look for queues)."""
+    global _run_handler, _fork_hook_installed
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_signals_default_in_child)
+        _fork_hook_installed = True
     owner = os.getpid()
     before = {p.pid for p in multiprocessing.active_children()}
     old_queues = {id(q) for q in _queues()} if workers else set()
@@ -267,14 +289,17 @@ def workers_stop_on_signal(workers: bool = True) -> Iterator[None]:
         raise Terminated(signum)
 
     saved = {}
+    outer = _run_handler
     for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
         if signal.getsignal(signum) is default:
             saved[signum] = signal.signal(signum, handler)
+    _run_handler = handler
     try:
         yield
     finally:
         for signum, old in saved.items():
             signal.signal(signum, old)
+        _run_handler = outer
 
 
 def _queues() -> List[Any]:
