@@ -485,6 +485,9 @@ def test_workers_forked_during_a_run_die_of_a_signal_by_its_default_action():
         with workers_stop_on_signal():
             assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the run's own handler, here
             assert child_handlers() == "default,default"
+            with workers_stop_on_signal():  # nested: the outer run's handler is the one installed
+                assert child_handlers() == "default,default"
+            assert child_handlers() == "default,default"
         assert child_handlers() == "other,default"  # Python's KeyboardInterrupt handler, inherited
         # someone else's handler is theirs, in the workers too
         signal.signal(signal.SIGTERM, signal.default_int_handler)

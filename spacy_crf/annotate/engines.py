@@ -293,7 +293,8 @@ def workers_stop_on_signal(workers: bool = True) -> Iterator[None]:
     for signum, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
         if signal.getsignal(signum) is default:
             saved[signum] = signal.signal(signum, handler)
-    _run_handler = handler
+    if saved:  # (nested in a run, the outer run's handler stays the one installed)
+        _run_handler = handler
     try:
         yield
     finally:
