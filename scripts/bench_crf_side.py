@@ -74,7 +74,7 @@ from spacy_crf.hardware import hardware
 from spacy_crf.ml import kernels, lexicon_features, lexicon_match, shared_listener, span_model, tagger_model
 from spacy_crf.pipeline import crf_tagger, forced_tags, lexicon
 from spacy_crf.pipeline.span_arrays import span_group, span_tables
-from spacy_crf.util import batch_by_length, matmul
+from spacy_crf.util import batch_by_length, flat_rows, matmul
 
 MERGE_FACTORY = "crf_merge_words"
 #: timed inside the taggers: (label, owner, attribute)
@@ -254,8 +254,7 @@ def least_work(
             model = pipe.model
             emissions = model.get_ref("emissions")
             W, b = emissions.get_param(tagger_model.EMISSION_W), emissions.get_param(tagger_model.EMISSION_B)
-            rows = [X for X in model.layers[0].predict(docs) if len(X)]  # (an empty doc's may be [0, 0])
-            X = numpy.concatenate(rows) if rows else numpy.zeros((0, W.shape[1]), dtype=W.dtype)
+            X = flat_rows(model.ops, model.layers[0].predict(docs))  # (the rows Emissions multiplies)
             F = Wl = bl = None
             if model.has_ref(lexicon_features.REF):
                 features = model.get_ref(lexicon_features.REF)
