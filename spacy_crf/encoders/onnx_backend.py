@@ -239,7 +239,7 @@ def export_pipeline(nlp: Language, *, quantize: str = "none") -> Language:
     raises ``OnnxTrainingError``.
     """
     check_quantize(quantize)
-    check_cpu("export_pipeline", "ONNX")
+    check_cpu("export_pipeline", OnnxHFShim.kind)
     require_onnxruntime()
     from .openvino_backend import OPENVINO_ARCH, OPENVINO_TOK2VEC_ARCH  # it builds on this module
 

@@ -384,7 +384,7 @@ def export_openvino(
     """
     check_quantize(quantize)
     check_precision(precision)
-    check_cpu("export_openvino", "OpenVINO")
+    check_cpu("export_openvino", OpenVINOHFShim.kind)
     _openvino()
     require("onnx", "OpenVINO", "openvino")  # the export goes through ONNX
     if quantize == "int8":

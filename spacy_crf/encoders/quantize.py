@@ -189,7 +189,7 @@ class QuantizedHFShim(InferenceOnlyShim):
     def set_quantized(self, transformer: torch.nn.Module) -> None:
         """Quantize ``transformer`` (a float or already quantized HF model) and
         make it the shim's model."""
-        check_cpu("Quantizing a transformer", "quantized")
+        check_cpu("Quantizing a transformer", self.kind)
         transformer = transformer.to("cpu")
         if not is_quantized(transformer):
             transformer = _quantize_module(transformer, self.dtype, self.embeddings)
@@ -306,7 +306,7 @@ def quantize_pipeline(nlp: Language, dtype: str = "qint8", embeddings: bool = Fa
     ``QuantizedTrainingError``.
     """
     _check_dtype(dtype)
-    check_cpu("quantize_pipeline", "quantized")
+    check_cpu("quantize_pipeline", QuantizedHFShim.kind)
     plan = plan_swap(nlp, QUANTIZABLE_ARCHS, "quantize component {name!r}", "quantized")
     for models, blocks in plan:
         for model in models:
