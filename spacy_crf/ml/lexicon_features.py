@@ -175,12 +175,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     return split_rows(model.ops, H, lengths), backprop
 
 
-def with_lexicon_features(tok2vec: Model, features: Model) -> Model[List[Doc], List[Floats2d]]:
-    """``[tok2vec(docs) | features(docs)]`` per doc: ``[n, width(tok2vec) + width]``.
+def with_lexicon_features(tok2vec: Model, *features: Model) -> Model[List[Doc], List[Floats2d]]:
+    """``[tok2vec(docs) | features(docs) ...]`` per doc: ``[n, width(tok2vec) + sum of widths]``.
     Not thinc's ``concatenate``, which adds the input gradients of its layers:
     a transformer listener's is None."""
     return Model(
-        "with_lexicon_features", _concat_forward, init=_concat_init, layers=[tok2vec, features], dims={"nO": None}
+        "with_lexicon_features", _concat_forward, init=_concat_init, layers=[tok2vec, *features], dims={"nO": None}
     )
 
 
@@ -193,23 +193,25 @@ def _concat_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def _concat_forward(model: Model, docs: List[Doc], is_train: bool):
-    tok2vec, features = model.layers
+    tok2vec, *features = model.layers
     if is_train:
         Xs, backprop_tok2vec = tok2vec(docs, is_train)
     else:  # the other head's pooled transformer output, where it listens the same way
         Xs, backprop_tok2vec = shared_listener.predict(tok2vec, docs), _no_backprop
-    Hs, backprop_features = features(docs, is_train)
-    width = Xs[0].shape[1] if len(Xs) else 0
+    outputs = [layer(docs, is_train) for layer in features]
+    widths = [Xs[0].shape[1] if len(Xs) else 0] + [layer.get_dim("nO") for layer in features]
+    bounds = numpy.cumsum([0] + widths)
     # the batch's rows side by side at once: one hstack per doc costs more
     # than the copy on short docs
     Ys: List[Floats2d] = []
     if len(Xs):
-        X, H = (flat_rows(model.ops, arrays) for arrays in (Xs, Hs))
-        Ys = split_rows(model.ops, model.ops.xp.hstack((X, H)), [len(doc_X) for doc_X in Xs])
+        blocks = [flat_rows(model.ops, arrays) for arrays in [Xs] + [Hs for Hs, _ in outputs]]
+        Ys = split_rows(model.ops, model.ops.xp.hstack(blocks), [len(doc_X) for doc_X in Xs])
 
     def backprop(dYs: List[Floats2d]):
-        backprop_features([model.ops.as_contig(dY[:, width:]) for dY in dYs])
-        return backprop_tok2vec([model.ops.as_contig(dY[:, :width]) for dY in dYs])
+        for i, (_, backprop_features) in enumerate(outputs, start=1):
+            backprop_features([model.ops.as_contig(dY[:, bounds[i] : bounds[i + 1]]) for dY in dYs])
+        return backprop_tok2vec([model.ops.as_contig(dY[:, : bounds[1]]) for dY in dYs])
 
     return Ys, backprop
 

@@ -18,7 +18,6 @@ Parameter names carry their role (``crf_transitions``, ``crf_emission_W``)
 so that :mod:`spacy_crf.training.optimizers` can put them in learning-rate groups.
 """
 
-import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy
@@ -29,28 +28,11 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import flat_rows, matmul, split_rows
+from ..util import flat_rows, install_fork_hook, matmul, split_rows
 from . import crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
+from . import tagger_features as tagfeat
 from .schemes import TransitionMask
-
-_fork_hook_installed = False
-
-
-def install_fork_hook() -> None:
-    """Make forked children of this process use one torch thread (once per process).
-
-    libgomp's thread pool does not survive fork(): a child of a process that
-    already ran a parallel torch op hangs on its first one (``nlp.pipe`` with
-    ``n_process > 1`` forks on Linux). One thread per worker process is also
-    what such a pool wants. Called when a CRF model or pipe is built, never
-    on import, so that importing the package changes nothing process-wide.
-    """
-    global _fork_hook_installed
-    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
-        _fork_hook_installed = True
-
 
 TRANSITIONS, START, END = "crf_transitions", "crf_start", "crf_end"
 EMISSION_W, EMISSION_B = "crf_emission_W", "crf_emission_b"
@@ -66,6 +48,7 @@ def build_crf_tagger(
     use_crf: bool = True,
     use_start_end: bool = True,
     lexicon_width: int = 0,
+    tagger_features: Optional[Model[List[Doc], List[Floats2d]]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
     """Token features -> linear emission scores -> linear-chain CRF.
 
@@ -78,6 +61,8 @@ def build_crf_tagger(
     lexicon_width: > 0: append ``spacy_crf.LexiconFeatures.v1`` of this
         width (a dictionary's words around each token, :mod:`.lexicon_features`)
         to the tok2vec output; 0 (default): none, the model of before.
+    tagger_features: a ``spacy_crf.TaggerFeatures.v1`` layer (:mod:`.tagger_features`)
+        appended after the lexicon features; None (default): none.
     """
     if isinstance(lexicon_width, bool) or not isinstance(lexicon_width, int) or lexicon_width < 0:
         raise ValueError(
@@ -86,8 +71,13 @@ def build_crf_tagger(
     install_fork_hook()
     fast_align.install()  # spacy-transformers' alignment without a Python step per token
     emissions = Emissions(nO=nO)
+    if tagger_features is not None and tagger_features.name != tagfeat.REF:
+        raise ValueError(
+            f"spacy_crf.CRFTagger.v1: tagger_features is a {tagger_features.name!r} layer, not TaggerFeatures"
+        )
     features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None
-    layers = [tok2vec if features is None else lexfeat.with_lexicon_features(tok2vec, features), emissions]
+    extra = [layer for layer in (features, tagger_features) if layer is not None]
+    layers = [lexfeat.with_lexicon_features(tok2vec, *extra) if extra else tok2vec, emissions]
     if use_crf:
         layers.append(CRF(nO=nO, use_start_end=use_start_end))
     model: Model[List[Doc], List[Floats2d]] = chain(*layers)
@@ -95,6 +85,8 @@ def build_crf_tagger(
     model.set_ref("emissions", emissions)
     if features is not None:
         model.set_ref(lexfeat.REF, features)
+    if tagger_features is not None:
+        model.set_ref(tagfeat.REF, tagger_features)
     if use_crf:
         model.set_ref("crf", layers[-1])
     model.attrs["use_crf"] = use_crf
@@ -388,8 +380,10 @@ def marginals(
 def is_initialized(model: Model) -> bool:
     """Whether the model's output layers have their weights, and its lexicon
     features their dictionary (``initialize`` ran or weights were loaded)."""
-    layers = [model.get_ref(ref) for ref in ("emissions", "crf", lexfeat.REF) if model.has_ref(ref)]
+    layers = [model.get_ref(ref) for ref in ("emissions", "crf", lexfeat.REF, tagfeat.REF) if model.has_ref(ref)]
     if model.has_ref(lexfeat.REF) and not lexfeat.has_lexicon(model.get_ref(lexfeat.REF)):
+        return False
+    if model.has_ref(tagfeat.REF) and not tagfeat.has_tagger(model.get_ref(tagfeat.REF)):
         return False
     return all(layer.has_param(name) is True for layer in layers for name in layer.param_names)
 

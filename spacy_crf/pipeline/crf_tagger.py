@@ -54,6 +54,7 @@ from thinc.types import Floats2d, Ints1d
 from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..ml import tagger_model as crf_model
+from ..ml.char_tagger import CharTagger
 from ..ml.lexicon_features import initialize_lexicon, model_lexicon
 from ..ml.lexicon_match import TaggedLexicon
 from ..ml.schemes import (
@@ -64,6 +65,7 @@ from ..ml.schemes import (
     make_tags,
     transition_mask,
 )
+from ..ml.tagger_features import initialize_tagger
 from ..ml.transitions import TransitionTable
 from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
 from . import forced_tags as forced
@@ -322,6 +324,7 @@ class CRFTagger(TrainableHead):
         lexicon: Optional[Iterable[str]] = None,
         lexicon_weight: float = 1.0,
         lexicon_features: Optional[TaggedLexicon] = None,
+        tagger_features: Optional[CharTagger] = None,
     ) -> None:
         """Set the labels and the model's shapes.
 
@@ -336,8 +339,12 @@ class CRFTagger(TrainableHead):
         lexicon_features: the dictionary of the model's lexicon features
             (``lexicon_width`` > 0; any scheme), e.g. with ``@readers =
             "spacy_crf.read_tagged_lexicon.v1"``; saved in the weights.
+        tagger_features: the character tagger of the model's tagger features
+            (``[components.NAME.model.tagger_features]``), e.g. with
+            ``@readers = "spacy_crf.read_char_tagger.v1"``; saved in the weights.
         """
         initialize_lexicon(self.model, lexicon_features, self.name)
+        initialize_tagger(self.model, tagger_features, self.name)
         if lexicon is not None:
             try:
                 self.set_lexicon(lexicon, lexicon_weight)

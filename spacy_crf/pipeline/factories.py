@@ -40,6 +40,7 @@ nO = null
 use_crf = true
 use_start_end = true
 lexicon_width = 0
+tagger_features = null
 
 [model.tok2vec]
 @architectures = "spacy.HashEmbedCNN.v2"
