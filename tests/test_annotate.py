@@ -301,7 +301,7 @@ def test_a_rerun_finishes_an_interrupted_run_without_duplicates(pipeline_dir, tm
     with pytest.raises(AnnotateError, match=r"s1\.jsonl, line 2"):  # the run dies inside shard 2
         annotate(str(pipeline_dir), str(src), str(out), n_process=2, batch_size=2, progress=False)
     assert (out / "s0.jsonl").exists() and not (out / "s1.jsonl").exists()
-    assert partial_path(out / "s1.jsonl").exists()
+    assert not partial_path(out / "s1.jsonl").exists()  # the failed shard's temporary file is gone
     first = (out / "s0.jsonl").stat()
     partial_path(out / "s2.jsonl").write_text("half a line", encoding="utf8")  # as if killed mid-write
     write_jsonl(src / "s1.jsonl", [{"text": t, "id": f"1-{i}"} for i, t in enumerate(TEXTS[:6])])
@@ -332,6 +332,49 @@ def test_a_shard_whose_counts_differ_fails_naming_it(pipeline_dir, tmp_path, mon
     with pytest.raises(AnnotateError, match=r"shard .*s\.jsonl: read 3 records \(0 bad\) but wrote 2"):
         annotate(str(pipeline_dir), str(tmp_path / "in"), str(tmp_path / "out"), progress=False)
     assert not (tmp_path / "out" / "s.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "how,fmt,n_process",
+    [
+        ("bad_record", "jsonl", 1),
+        ("bad_record", "jsonl", 2),
+        ("counts_differ", "jsonl", 1),
+        ("interrupt", "jsonl", 1),
+        ("interrupt", "parquet", 1),
+        ("interrupt", "spacy", 1),
+    ],
+)
+def test_a_failed_or_stopped_run_leaves_no_partial_file(pipeline_dir, tmp_path, monkeypatch, how, fmt, n_process):
+    src, out = tmp_path / "in", tmp_path / "out"
+    write_jsonl(src / "s0.jsonl", [{"text": t, "id": f"0-{i}"} for i, t in enumerate(TEXTS[:4])])
+    write_jsonl(src / "s1.jsonl", None, lines=['{"text": "张三去上海"}', '{"text": "我在北京"}', "{oops"])
+    progress = False
+    if how == "bad_record":
+        expected_error: type = AnnotateError
+    elif how == "counts_differ":
+        expected_error = AnnotateError
+        write_jsonl(src / "s1.jsonl", [{"text": t} for t in TEXTS[:3]])
+        real = engines_module.ENGINES["local"]
+
+        def lossy(*args, **kwargs):
+            for row in real(*args, **kwargs):
+                if not (row["kind"] == "doc" and row["shard"] == 1 and row["line"] == 2):
+                    yield row
+
+        monkeypatch.setitem(engines_module.ENGINES, "local", lossy)
+    else:  # Ctrl-C in the middle of shard s1
+
+        def progress(docs, chars):
+            if docs == 5:
+                raise KeyboardInterrupt
+
+        expected_error = KeyboardInterrupt
+    with pytest.raises(expected_error):
+        annotate(str(pipeline_dir), str(src), str(out), fmt=fmt, n_process=n_process, batch_size=2, progress=progress)
+    ext = {"jsonl": ".jsonl", "parquet": ".parquet", "spacy": ".spacy"}[fmt]
+    assert (out / f"s0{ext}").exists() and not (out / f"s1{ext}").exists()
+    assert sorted(p.name for p in out.iterdir()) == [".annotate", f"s0{ext}"]  # no .s1{ext}.partial
 
 
 def test_parquet_and_spacy_outputs(pipeline_dir, tmp_path):

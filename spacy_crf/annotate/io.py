@@ -288,7 +288,17 @@ class ShardWriter:
         os.replace(self.finish(), self.final)
 
     def abort(self) -> None:
-        self.finish()
+        """Close without writing what is buffered and remove the temporary
+        file: a shard that failed or was stopped leaves nothing behind (a
+        rerun starts it anew). Harmless after ``commit`` or a second time."""
+        self._closed = True
+        try:
+            self.discard()
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        """Let go of the temporary file without finishing it."""
 
 
 class JsonlWriter(ShardWriter):
@@ -305,6 +315,9 @@ class JsonlWriter(ShardWriter):
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
+
+    def discard(self):
+        self.file.close()
 
 
 class ParquetWriter(ShardWriter):
@@ -372,6 +385,12 @@ class ParquetWriter(ShardWriter):
             self.writer.close()
             self.writer = None
 
+    def discard(self):
+        self.buffer = []
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
 
 class DocBinWriter(ShardWriter):
     """``.spacy`` output as ``spacy apply`` writes it (user data kept)."""
@@ -395,6 +414,9 @@ class DocBinWriter(ShardWriter):
         if not self.done:
             self.docbin.to_disk(self.tmp)
             self.done = True
+
+    def discard(self):
+        self.done = True  # (nothing is on disk before close)
 
 
 def make_writer(fmt: str, final: Path, confidence: bool) -> ShardWriter:

@@ -3,9 +3,11 @@
 OUTPUT is a folder (one output file per input shard, same relative path,
 the format's extension) unless it ends in ``.jsonl``/``.parquet``/``.spacy``
 and the input is one file: then it is that file. Each output is written as
-``.NAME.partial`` and renamed once its record count equals the count read;
-a rerun skips outputs that exist and whose input is unchanged (``resume``)
-and redoes the rest. Per-shard counts, skipped records and the identities
+``.NAME.partial`` and renamed once its record count equals the count read
+(a run that fails or is stopped removes the ``.partial`` files of the
+shards it did not finish); a rerun skips outputs that exist, whose input is
+unchanged and which are still what was written (``resume``; an output
+changed since then stops the run), and redoes the rest. Per-shard counts, skipped records and the identities
 of the input read and the output written are kept in ``OUTPUT/.annotate/``
 (renamed into place before the output is; see ``state``), and
 ``errors.jsonl`` is rebuilt from them at the end, so a shard redone after a
@@ -331,13 +333,13 @@ class _Collector:
         bar.update(len(row["text"]))
 
     def _commit(self, i: int, counts: Dict[str, Any]) -> None:
-        """Check shard ``i``'s counts, then write its state and rename its output into place."""
+        """Check shard ``i``'s counts, then write its state and rename its
+        output into place. The writer stays open until then: a failure on the
+        way leaves it to ``abort_open_writers``, which removes its file."""
         shard, final, state = self.plan.shards[i], self.plan.finals[i], self.states[i]
         writer = self._writer(i)
-        del self.writers[i]
         n_errors = len(self.errors.get(i, []))
         if writer.count != counts["docs"] or n_errors != counts["errors"]:
-            writer.abort()
             raise AnnotateError(
                 f"shard {shard}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
                 f"{writer.count} ({n_errors} bad); its output was not finished"
@@ -362,11 +364,15 @@ class _Collector:
             + "\n",
         )
         writer.commit()
+        del self.writers[i]
         self.finished.append(i)
 
     def abort_open_writers(self) -> None:
+        """Remove the temporary files of the shards not committed (the run
+        failed or was stopped): no ``.partial`` file outlives a run."""
         for writer in self.writers.values():
             writer.abort()
+        self.writers.clear()
 
 
 def _write_errors_file(states: List[Path], errors_path: Path, errors_state: Path) -> bool:
