@@ -180,6 +180,42 @@ def test_the_command_says_which_shard_it_redid_and_why(pipeline_dir, tmp_path):
     assert len(read_output(tmp_path / "out.jsonl")) == 3
 
 
+@pytest.mark.parametrize("how", ["edited", "halved"])
+def test_a_resume_refuses_a_finished_output_that_changed_and_redoes_a_missing_one(pipeline_dir, tmp_path, how):
+    src, out = tmp_path / "in", tmp_path / "out"
+    write_jsonl(src / "a.jsonl", RECORDS[:2])
+    write_jsonl(src / "b.jsonl", RECORDS)
+    annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    path = out / "b.jsonl"
+    text = path.read_text(encoding="utf8")
+    if how == "edited":  # same size, other bytes
+        changed = text.replace('"r1"', '"x1"')
+        what = "same size, different SHA-256"
+    else:  # cut to half its records
+        changed = "".join(text.splitlines(keepends=True)[:2])
+        what = f"{len(text.encode())} bytes when annotate wrote it, {len(changed.encode())} now"
+    assert changed != text
+    path.write_text(changed, encoding="utf8")
+    code, said = run_cli(pipeline_dir, src, out)  # was: exit 0, "2 already complete", records still missing
+    assert code == 1 and "already complete" not in said, said
+    with pytest.raises(AnnotateError) as err:
+        annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    said = str(err.value)
+    assert "\n" not in said and said.startswith(f"{path}: ") and what in said and "--force" in said, said
+    assert path.read_text(encoding="utf8") == changed  # refused: left as it is
+    summary = annotate(str(pipeline_dir), str(src), str(out), force=True, progress=False)
+    assert [r["id"] for r in read_output(path)] == ["r0", "r1", "r2", "r3"]
+    assert summary["shards_written"] == 1 and summary["shards_resumed"] == 1
+    assert [(os.path.basename(r["shard"]), "output" in r["reason"]) for r in summary["redone"]] == [("b.jsonl", True)]
+    # an output that is gone is redone, and the resume after it trusts the new one
+    path.unlink()
+    summary = annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert [r["id"] for r in read_output(path)] == ["r0", "r1", "r2", "r3"]
+    assert summary["shards_written"] == 1 and [r["reason"] for r in summary["redone"]] == ["its output is missing"]
+    again = annotate(str(pipeline_dir), str(src), str(out), progress=False)
+    assert again["shards_resumed"] == 2 and again["docs"] == 0 and again["redone"] == []
+
+
 # --- item 6: options refused before any work --------------------------------------------------------------------------
 
 

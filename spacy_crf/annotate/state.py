@@ -15,7 +15,10 @@
 * **Resume** (``plan_shards``): a shard's state also holds its input's size
   and SHA-256 (``input``, taken when it was read); a finished shard is
   skipped only while its input still matches, otherwise it is redone and the
-  summary says which and why.
+  summary says which and why. Its output is checked too: one that no longer
+  matches ``written`` (edited, cut short) stops the run naming the file and
+  what differs, unless ``force`` (then it is redone), and one that is gone is
+  redone.
 
 Each state file is written before the file it describes is renamed into
 place, and an older output of the shard is removed before that
@@ -128,6 +131,29 @@ def input_change(state: Dict[str, Any], shard: Path) -> Optional[str]:
     return None
 
 
+def output_change(state: Dict[str, Any], final: Path) -> Optional[str]:
+    """How the output at ``final`` differs from what its state records
+    writing, or None."""
+    recorded = state.get("written")
+    if not isinstance(recorded, dict):
+        return "its state records no size and SHA-256 of the output (written by an older version)"
+    size = final.stat().st_size
+    if recorded.get("size") != size:  # a cut or appended output: no need to hash it
+        return f"{recorded.get('size')} bytes when annotate wrote it, {size} now"
+    if not _same(recorded, file_identity(final)):
+        return "same size, different SHA-256"
+    return None
+
+
+def _refuse_changed(found: List[Tuple[Path, str]]) -> None:
+    final, change = found[0]
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    raise AnnotateError(
+        f"{final}: this finished output changed since annotate wrote it ({change}){more}; "
+        "pass --force to redo its shard (overwriting the file), or remove the file"
+    )
+
+
 def _refuse(found: List[Tuple[Path, Path]]) -> None:
     final, state_file = found[0]
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
@@ -141,22 +167,36 @@ def plan_shards(
     shards: Sequence[Path], finals: Sequence[Path], states: Sequence[Path], *, resume: bool, force: bool
 ) -> Tuple[List[int], List[Dict[str, str]]]:
     """The shards to annotate, and for each finished shard that is redone
-    because its input changed, ``{"shard", "reason"}``. Raises
-    ``AnnotateError`` when a shard's output would replace a file that
-    annotate did not write, unless ``force``."""
+    (its input changed, its output is gone, or ``force`` and its output
+    changed), ``{"shard", "reason"}``. Raises ``AnnotateError`` when a
+    finished shard's output no longer matches what annotate wrote, and when
+    a shard's output would replace a file that annotate did not write,
+    unless ``force``."""
     pending: List[int] = []
     redone: List[Dict[str, str]] = []
     foreign: List[Tuple[Path, Path]] = []
+    changed: List[Tuple[Path, str]] = []
     for i, (shard, final, state_file) in enumerate(zip(shards, finals, states)):
         state = read_state(state_file)
-        if resume and state is not None and final.exists():
-            reason = input_change(state, shard)
+        if resume and state is not None:
+            if not final.exists():
+                reason: Optional[str] = "its output is missing"
+            else:
+                reason = input_change(state, shard)
+                change = output_change(state, final) if reason is None else None
+                if change is not None and not force:
+                    changed.append((final, change))
+                    continue
+                if change is not None:
+                    reason = f"its output changed since annotate wrote it ({change})"
             if reason is None:
                 continue
             redone.append({"shard": str(shard), "reason": reason})
         pending.append(i)
         if not force and final.exists() and not is_own(final, state):
             foreign.append((final, state_file))
+    if changed:
+        _refuse_changed(changed)
     if foreign:
         _refuse(foreign)
     return pending, redone
