@@ -122,6 +122,7 @@ class JointCorpus:
         balance: bool = True,
         ents_share: float = 0.5,
         sort_by_length: bool = False,
+        augmenter: Optional[Callable[[Language, Example], Iterable[Example]]] = None,
     ) -> None:
         if balance and sort_by_length:
             raise ValueError(
@@ -139,6 +140,7 @@ class JointCorpus:
         self.balance = balance
         self.ents_share = float(ents_share)
         self.sort_by_length = sort_by_length
+        self.augmenter = augmenter
 
     def __call__(self, nlp: Language) -> Iterator[Example]:
         words = list(self.words(nlp))
@@ -165,7 +167,11 @@ class JointCorpus:
             i = counts[side]
             counts[side] += 1
             # a repeated example is a copy: training writes into predicted docs
-            yield examples[i] if i < len(examples) else examples[i % len(examples)].copy()
+            example = examples[i] if i < len(examples) else examples[i % len(examples)].copy()
+            if self.augmenter is None:
+                yield example
+            else:
+                yield from self.augmenter(nlp, example)
 
 
 @spacy.registry.readers("spacy_crf.JointCorpus.v1")
@@ -177,6 +183,7 @@ def create_joint_corpus_reader(
     balance: bool = True,
     ents_share: float = 0.5,
     sort_by_length: bool = False,
+    augmenter: Optional[Callable[[Language, Example], Iterable[Example]]] = None,
 ) -> Callable[[Language], Iterable[Example]]:
     """Reader of a CWS and an NER ``.spacy`` file (from :func:`convert_corpus`)
     for joint training of a segmenter and an NER tagger (see :class:`JointCorpus`).
@@ -191,6 +198,8 @@ def create_joint_corpus_reader(
     sort_by_length: without balance, yield the docs of both tasks shortest
         first, so that the batches of a dev evaluation hold docs of like
         length (faster; same scores).
+    augmenter: a spaCy augmenter applied to the training stream (with
+        balance), e.g. ``spacy_crf.mention_replacement.v1``; null: none.
     """
     if words is None or ents is None:
         raise ValueError("spacy_crf.JointCorpus.v1 needs both a words path and an ents path")
@@ -202,4 +211,5 @@ def create_joint_corpus_reader(
         balance=balance,
         ents_share=ents_share,
         sort_by_length=sort_by_length,
+        augmenter=augmenter,
     )
