@@ -99,10 +99,30 @@ def pipeline_dir(tmp_path_factory):
     return path
 
 
+def words_of(doc, key="words"):
+    """[start_char, end_char] of each word of ``doc.spans[key]``, cut at
+    whitespace as crf_merge_words cuts its tokens (before a whitespace token,
+    after one, and after a token with trailing whitespace), by hand."""
+    pieces = []
+    for span in doc.spans[key]:
+        piece = []
+        for token in span:
+            before = doc[token.i - 1] if token.i else None
+            if piece and (token.is_space or before.whitespace_ or before.is_space):
+                pieces.append(piece)
+                piece = []
+            if not token.is_space:
+                piece.append(token)
+        if piece:
+            pieces.append(piece)
+    return [[p[0].idx, p[-1].idx + len(p[-1])] for p in pieces]
+
+
 def by_pieces(nlp, text, max_chars=2000):
     """words and ents of ``text`` from nlp.pipe, by hand: a text longer than
     ``max_chars`` is cut by the corpus converter's split_long on the
-    tokenizer's tokens, each piece annotated, its offsets shifted back."""
+    tokenizer's tokens, each piece annotated, its offsets shifted back; the
+    words cut at whitespace (``words_of``)."""
     from spacy_crf.corpora.split import split_long
 
     pieces = [p.text for p in split_long(nlp.tokenizer(text), max_chars)] if len(text) > max_chars else [text]
@@ -110,7 +130,7 @@ def by_pieces(nlp, text, max_chars=2000):
     words, ents, offset = [], [], 0
     for piece, doc in zip(pieces, nlp.pipe(pieces)):
         assert doc.text == piece
-        words += [[s.start_char + offset, s.end_char + offset] for s in doc.spans["words"]]
+        words += [[s + offset, e + offset] for s, e in words_of(doc)]
         ents += [{"start": e.start_char + offset, "end": e.end_char + offset, "label": e.label_} for e in doc.ents]
         offset += len(piece)
     return words, ents
@@ -402,6 +422,55 @@ def test_parquet_and_spacy_outputs(pipeline_dir, tmp_path):
     with pytest.raises(AnnotateError, match=r"one output file for \d input shards"):
         write_jsonl(tmp_path / "y.jsonl", [{"text": "我"}])
         annotate(str(pipeline_dir), str(tmp_path / "*.jsonl"), str(tmp_path / "z.jsonl"), progress=False)
+
+
+#: single spaces between Chinese and Latin words: the segmenter's words may cross them
+MIXED = ["我用 Python 写 code", "中文 abc 中文", "今天 hello 天气 world 好", "张三 去 上海 abc 北京", "他说 ok 。"]
+
+
+def test_jsonl_words_never_cross_whitespace_that_the_spacy_tokens_do_not(pipeline_dir, tmp_path):
+    """The JSONL words are the spacy format's tokens before crf_merge_words
+    cuts them at entity edges: with entity_policy keep_words (no such cuts)
+    the two are the same words."""
+    nlp = spacy.load(pipeline_dir)
+    crossing = [text for text, doc in zip(MIXED, nlp.pipe(MIXED)) if any(" " in w.text for w in doc.spans["words"])]
+    assert crossing, "no word crosses a space: the test would show nothing"
+    keep_words = tmp_path / "keep_words"
+    spacy.load(pipeline_dir, config={"components.merge.entity_policy": "keep_words"}).to_disk(keep_words)
+    write_jsonl(tmp_path / "x.jsonl", [{"text": t} for t in MIXED])
+    for pipeline in (pipeline_dir, keep_words):
+        out = tmp_path / "out" / pipeline.name
+        annotate(str(pipeline), str(tmp_path / "x.jsonl"), str(out / "x.jsonl"), progress=False)
+        annotate(str(pipeline), str(tmp_path / "x.jsonl"), str(out / "x.spacy"), progress=False)
+        records = read_output(out / "x.jsonl")
+        docs = list(DocBin().from_disk(out / "x.spacy").get_docs(nlp.vocab))
+        for record, doc in zip(records, docs):
+            words = [tuple(w) for w in record["words"]]
+            tokens = [(t.idx, t.idx + len(t)) for t in doc if not t.is_space]
+            assert all(not any(c.isspace() for c in record["text"][s:e]) for s, e in words), record
+            if pipeline == keep_words:
+                assert words == tokens, record["text"]
+            else:  # every word is a run of whole tokens (entity edges may cut it further)
+                bounds = {b for token in tokens for b in token}
+                assert all(s in bounds and e in bounds for s, e in words), record["text"]
+        assert [r["text"] for r in records] == [d.text for d in docs] == MIXED
+
+
+def test_words_are_cut_at_whitespace_by_the_rule_crf_merge_words_cuts_tokens_by():
+    from spacy.tokens import Span
+
+    from spacy_crf.annotate.records import annotations
+    from spacy_crf.pipeline.merge_words import merge_words
+
+    words = ["中", "文", "a", "b", "c", "\t", "中", "文", "x"]
+    doc = Doc(spacy.blank("zh").vocab, words=words, spaces=[False, True] + [False] * 5 + [True, False])
+    assert doc.text == "中文 abc\t中文 x"
+    doc.spans["words"] = [Span(doc, 0, 5), Span(doc, 5, 9)]  # "中文 abc", "\t中文 x"
+    got = annotations(doc, "words", False)["words"]
+    assert [doc.text[s:e] for s, e in got] == ["中文", "abc", "中文", "x"]
+    merged = merge_words(doc)
+    assert got == [[t.idx, t.idx + len(t)] for t in merged if not t.is_space]
+    assert annotations(merged, "words", False)["words"] == got  # the same on the merged doc
 
 
 def test_command_line(pipeline_dir, tmp_path):

@@ -158,9 +158,14 @@ def add_confidence(nlp: Language) -> str:
 
 
 def annotations(doc: Doc, key: Optional[str], confidence: bool) -> Dict[str, Any]:
-    """Words and entities of an annotated doc, as character offsets."""
+    """Words and entities of an annotated doc, as character offsets. The
+    words are cut at whitespace by the rule ``crf_merge_words`` cuts its
+    tokens by (:func:`~spacy_crf.pipeline.span_arrays.word_char_bounds`),
+    so that no word holds whitespace that the ``spacy`` format's tokens do not."""
     if key is not None and key in doc.spans:
-        words = [[s.start_char, s.end_char] for s in doc.spans[key]]
+        from ..pipeline.span_arrays import word_char_bounds
+
+        words = word_char_bounds(doc, doc.spans[key])
     else:
         words = [[t.idx, t.idx + len(t)] for t in doc if not t.is_space]
     if confidence:

@@ -35,7 +35,7 @@ from spacy.tokens import Doc
 
 from .._compat import copy_doc_private_fields
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
-from .span_arrays import batch_entity_rows, batch_table, span_group, span_tables, with_char_offsets
+from .span_arrays import batch_entity_rows, batch_table, span_group, span_tables, whitespace_cuts, with_char_offsets
 
 DEFAULT_UNALIGNED_ENTS_KEY = "ents_chars"
 ENTITY_POLICIES = ("split", "keep_words")
@@ -289,10 +289,8 @@ def _token_starts(
         # (bincount: numpy.add.at costs microseconds per call even on a few words)
         steps = numpy.bincount(starts_sorted + 1, minlength=n + 1) - numpy.bincount(ends_sorted, minlength=n + 1)
         inner = numpy.cumsum(steps[:n]) > 0
-        layout = table[:, [_SPACY, _IS_SPACE]].astype(bool)
-        space_before = numpy.zeros(n, dtype=bool)
-        space_before[1:] = layout[:-1, 0] | layout[:-1, 1]  # a doc's first token is cut anyway
-        cut[:n] |= ~inner | space_before | layout[:, 1]
+        # (across a doc boundary the rule looks at another doc's last token: a doc's first token is cut anyway)
+        cut[:n] |= ~inner | whitespace_cuts(table[:, _SPACY], table[:, _IS_SPACE])
     return cut
 
 

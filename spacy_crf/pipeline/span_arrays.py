@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy
 import srsly
-from spacy.attrs import IS_SPACE
+from spacy.attrs import IDX, IS_SPACE, LENGTH, SPACY
 from spacy.tokens import Doc, Span, SpanGroup
 
 from .._compat import speed_up_msgpack_hooks
@@ -149,6 +149,41 @@ def span_group(doc: Doc, name: str, attrs: dict, rows: numpy.ndarray) -> SpanGro
     for start, end, label, kb_id, span_id in rows.tolist():
         append(Span(doc, start, end, label=label, kb_id=kb_id, span_id=span_id))
     return group
+
+
+def whitespace_cuts(spacy: numpy.ndarray, is_space: numpy.ndarray) -> numpy.ndarray:
+    """bool per token (one doc's, or a batch's laid end to end): a word is
+    cut before this token because of whitespace, i.e. the token is a
+    whitespace token, or follows one or a token with trailing whitespace
+    (``spacy``). The one rule by which ``crf_merge_words`` keeps whitespace
+    out of its tokens and ``spacy crf annotate`` out of its words."""
+    cut = is_space.astype(bool)
+    cut[1:] |= spacy[:-1].astype(bool) | cut[:-1]
+    return cut
+
+
+def word_char_bounds(doc: Doc, group: SpanGroup) -> List[List[int]]:
+    """``[start_char, end_char]`` of each span of ``group`` (the words), in
+    order, cut where :func:`whitespace_cuts` cuts and without whitespace
+    tokens: the words as ``crf_merge_words`` makes them tokens (before the
+    cuts at entity and other span groups' edges)."""
+    if not len(group):
+        return []
+    table = doc.to_array([SPACY, IS_SPACE, IDX, LENGTH]).reshape((len(doc), 4)).astype(numpy.int64)
+    space = table[:, 1].astype(bool)
+    cuts = numpy.flatnonzero(whitespace_cuts(table[:, 0], space))
+    rows = span_rows(group)[:, :2].astype(numpy.int64)
+    rows = rows[rows[:, 1] > rows[:, 0]]  # an empty word covers nothing
+    starts, ends = rows[:, 0], rows[:, 1]
+    first = numpy.searchsorted(cuts, starts, side="right")  # the cuts inside each word
+    last = numpy.searchsorted(cuts, ends, side="left")
+    if (last > first).any():  # some words hold whitespace: cut them into pieces
+        inner = [cuts[a:b].tolist() for a, b in zip(first.tolist(), last.tolist())]
+        starts = numpy.array([p for s, c in zip(starts.tolist(), inner) for p in [s, *c]], dtype=numpy.int64)
+        ends = numpy.array([p for e, c in zip(ends.tolist(), inner) for p in [*c, e]], dtype=numpy.int64)
+    keep = ~space[starts]  # a piece that starts at a whitespace token is that token alone
+    starts, ends = starts[keep], ends[keep]
+    return numpy.stack([table[starts, 2], table[ends - 1, 2] + table[ends - 1, 3]], axis=1).tolist()
 
 
 def write_words(docs: Sequence[Doc], tag_ids: Sequence[numpy.ndarray], key: str) -> None:
