@@ -9,8 +9,9 @@ them to *one* ``nlp.pipe`` call sorted by length (so that each batch holds
 texts of similar length) and gives the docs back in input order: the same
 docs as ``nlp.pipe`` on the same texts, up to the float rounding of an
 encoder run on other batch shapes. It works with ``n_process > 1`` (one
-``nlp.pipe`` call for the whole stream, so the worker processes start once)
-and with ``as_tuples``.
+``nlp.pipe`` call for the whole stream, so the worker processes start once),
+with ``as_tuples``, and with an error handler that leaves docs out (those
+are left out here too).
 """
 
 from itertools import islice
@@ -59,22 +60,27 @@ def pipe_sorted(
     def length(item: Any) -> int:
         return len(item[0] if as_tuples else item)
 
-    def reordered() -> Iterator[Tuple[Any, Tuple[int, int, Any]]]:
-        # each text travels with (buffer size, its position, its context)
-        for size, entries in sorted_buffers(texts, buffer * batch_size, length):
+    def reordered() -> Iterator[Tuple[Any, Tuple[int, int, int, Any]]]:
+        # each text travels with (its buffer's number and size, its position, its context)
+        for number, (size, entries) in enumerate(sorted_buffers(texts, buffer * batch_size, length)):
             for position, item in entries:
                 text, context = item if as_tuples else (item, None)
-                yield text, (size, position, context)
+                yield text, (number, size, position, context)
 
+    # A buffer is given back once all its docs are in, or, when an error
+    # handler left some out (``nlp.set_error_handler``), once the next
+    # buffer's first doc arrives: without the ones it left out, as nlp.pipe.
     held: List[Any] = []
-    done = 0
-    for doc, (size, position, context) in nlp.pipe(
+    done, current = 0, -1
+    for doc, (number, size, position, context) in nlp.pipe(
         reordered(), batch_size=batch_size, n_process=n_process, as_tuples=True, **pipe_kwargs
     ):
-        if not held:
-            held = [None] * size
+        if number != current:
+            yield from (item for item in held if item is not None)
+            held, done, current = [None] * size, 0, number
         held[position] = (doc, context) if as_tuples else doc
         done += 1
         if done == size:
             yield from held
-            held, done = [], 0
+            held = []
+    yield from (item for item in held if item is not None)

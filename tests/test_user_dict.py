@@ -3,6 +3,8 @@ gazetteer entities added to trained taggers at load time, forced through the
 tag mask or as a prior; conflicts, whitespace, respect_ents, serialization
 and the settings file."""
 
+import json
+
 import numpy
 import pytest
 import spacy
@@ -10,8 +12,10 @@ from _configs import NER_DATA, WORDS, crf_model_config
 from conftest import trained_segmenter
 from spacy.tokens import Doc, Span
 from spacy.training import Example
-from spacy.util import fix_random_seed
+from spacy.util import fix_random_seed, raise_error
 
+from spacy_crf.annotate import AnnotateError, annotate, read_output
+from spacy_crf.batching import pipe_sorted
 from spacy_crf.pipeline.user_dict import UserDictConflict, read_user_dict
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
@@ -380,3 +384,51 @@ def test_user_dict_files_are_checked_naming_the_line(tmp_path):
     path.write_bytes(b"\xff\n")
     with pytest.raises(ValueError, match=r"line 1: not UTF-8"):
         read_user_dict(path, "bmes")
+
+
+# --- conflicts in nlp.pipe and spacy crf annotate: one doc, one error -------------------------
+
+
+def test_a_conflict_sends_its_one_doc_to_the_error_handler_and_the_batch_goes_on(nlp):
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.add_user_words(["上海市", "市长"])
+    texts = ["张三去上海", "上海市长来了", "我在北京工作", "上海市很大"]
+    seen = []
+    nlp.set_error_handler(lambda name, proc, docs, e: seen.append((name, [d.text for d in docs], e)))
+    try:
+        docs = list(nlp.pipe(texts, batch_size=4))
+        assert [(name, failed) for name, failed, _ in seen] == [("segmenter", ["上海市长来了"])]
+        # length-sorted buffers give back what is left, in order (a buffer short of a doc included)
+        assert [d.text for d in pipe_sorted(nlp, texts * 2, batch_size=2, buffer=1)] == [d.text for d in docs] * 2
+    finally:
+        nlp.set_error_handler(raise_error)
+    assert [d.text for d in docs] == ["张三去上海", "我在北京工作", "上海市很大"]
+    assert isinstance(seen[0][2], UserDictConflict) and "'上海市'" in str(seen[0][2]) and "'市长'" in str(seen[0][2])
+    assert words(docs[2])[0] == "上海市"  # decoded as in a batch without the failing doc
+    assert [words(d) for d in docs] == [words(nlp(t)) for t in ["张三去上海", "我在北京工作", "上海市很大"]]
+    with pytest.raises(UserDictConflict, match="doc '上海市长来了'"):  # no handler: the error of that doc
+        list(nlp.pipe(texts, batch_size=4))
+
+
+@pytest.mark.parametrize("n_process", [1, 2])
+def test_annotate_writes_one_error_per_conflicting_record_and_annotates_the_rest(nlp, tmp_path, n_process):
+    nlp.get_pipe("segmenter").add_user_words(["上海市", "市长"])
+    nlp.to_disk(tmp_path / "p")
+    texts = ["张三去上海", "上海市长来了", "我在北京工作", "上海市长", "上海市很大"] * 2
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf8")
+    summary = annotate(
+        str(tmp_path / "p"), str(tmp_path / "in.txt"), str(tmp_path / "out"), on_error="skip", progress=False,
+        n_process=n_process, batch_size=3,
+    )  # fmt: skip
+    assert summary["docs"] == 6 and summary["skipped"] == 4
+    records = read_output(tmp_path / "out" / "in.jsonl")
+    assert [r["text"] for r in records] == [t for t in texts if "市长" not in t]
+    assert records[2]["words"][0] == [0, 3]  # 上海市, forced
+    errors = [json.loads(line) for line in (tmp_path / "out" / "errors.jsonl").read_text(encoding="utf8").splitlines()]
+    assert [e["line"] for e in errors] == [2, 4, 7, 9]
+    assert all(
+        e["reason"].startswith("[segmenter] the forced user words '上海市'") and "'市长'" in e["reason"] for e in errors
+    )
+    assert "doc '上海市长来了'" in errors[0]["reason"] and "doc '上海市长'" in errors[1]["reason"]
+    with pytest.raises(AnnotateError, match=r"in.txt, line 2: \[segmenter\] the forced user words '上海市'"):
+        annotate(str(tmp_path / "p"), str(tmp_path / "in.txt"), str(tmp_path / "out2"), progress=False)

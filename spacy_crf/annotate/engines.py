@@ -35,9 +35,10 @@ from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from ..batching import pipe_sorted
-from .io import AnnotateError, dumps, read_rows
-from .pieces import DEFAULT_MAX_CHARS, join_annotations, join_docs, piece_bounds
-from .records import add_confidence, annotations, words_key
+from .io import AnnotateError, read_rows
+from .pieces import DEFAULT_MAX_CHARS, piece_bounds
+from .records import add_confidence, words_key
+from .rows import annotate_alone, annotated_row, handled_by, leave_out_conflicts
 
 ROW_KEYS = ("shard", "line", "kind", "text", "meta", "error")
 
@@ -101,13 +102,6 @@ def collector_spares_the_pipeline() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _doc_bytes(doc) -> bytes:
-    # The encoder's output (doc.tensor, trf_data) is not part of the annotation.
-    for key in [k for k in doc.user_data if isinstance(k, tuple) and len(k) > 1 and k[1] == "trf_data"]:
-        del doc.user_data[key]
-    return doc.to_bytes(exclude=["tensor"])
-
-
 def annotate_rows(
     nlp,
     rows: Iterable[Dict[str, Any]],
@@ -118,6 +112,7 @@ def annotate_rows(
     fmt: str = "jsonl",
     max_chars: int = DEFAULT_MAX_CHARS,
     sort_buffer: int = 0,
+    stop_on_failure: bool = False,
 ) -> Iterator[Dict[str, Any]]:
     """Annotated rows, in input order: every row comes back, the "doc" rows
     with ``ann`` (JSON of words and entities) or, for ``fmt="spacy"``, ``doc``
@@ -125,15 +120,24 @@ def annotate_rows(
     longer than ``max_chars`` and annotated in pieces (see ``pieces``). Other
     rows pass through an empty doc, so that they keep their place in the stream.
     ``sort_buffer``: texts go through the pipeline sorted by length within
-    this many batches (:func:`spacy_crf.batching.pipe_sorted`; 0: in order)."""
+    this many batches (:func:`spacy_crf.batching.pipe_sorted`; 0: in order).
+
+    A record the pipeline refuses (forced user words or entities that cross
+    in its text, a :class:`~spacy_crf.pipeline.user_dict.UserDictConflict`)
+    comes back as a "failed" row whose ``error`` names the component, the
+    doc and the entries; the other records of its batch are annotated as
+    usual. ``stop_on_failure``: read no further rows after a failed one."""
     key = words_key(nlp)
     # The rows wait here, and only their number travels with each text (with
     # n_process > 1 a context is pickled to a worker and back): a record cut
     # into 200 pieces would otherwise travel 200 times whole.
     held: Dict[int, Dict[str, Any]] = {}
+    stop = False
 
     def texts():
         for seq, row in enumerate(rows):
+            if stop:
+                return
             held[seq] = row
             if row["kind"] != "doc":
                 yield "", (seq, 0, 1, None)
@@ -143,37 +147,34 @@ def annotate_rows(
             for k, (start, end) in enumerate(bounds):
                 yield row["text"][start:end], (seq, k, len(bounds), dict(cuts) if len(bounds) > 1 else None)
 
-    parts: List[Tuple[int, Any]] = []
-    docs = pipe_sorted(nlp, texts(), batch_size=batch_size, buffer=sort_buffer, n_process=n_process, as_tuples=True)
-    for doc, (seq, k, n, cuts) in docs:
-        if n > 1:
+    def alone(seq: int) -> Dict[str, Any]:
+        nonlocal stop
+        out = annotate_alone(nlp, held.pop(seq), confidence=confidence, fmt=fmt, max_chars=max_chars)
+        stop = stop or (stop_on_failure and out["kind"] == "failed")
+        return out
+
+    # The pipes leave out a doc whose user dictionary conflicts (in the worker
+    # processes too); a record that lost its doc, or a piece of it, is run
+    # again alone here, where the error is raised and turned into its row.
+    with handled_by(nlp, leave_out_conflicts):
+        docs = pipe_sorted(nlp, texts(), batch_size=batch_size, buffer=sort_buffer, n_process=n_process, as_tuples=True)
+        next_seq = 0  # the first row not given back yet
+        parts: List[Tuple[int, Any]] = []  # the pieces of row next_seq so far
+        for doc, (seq, k, n, cuts) in docs:
+            while next_seq < seq:  # rows before this one lost their doc or a piece of it
+                yield alone(next_seq)
+                next_seq += 1
+                parts = []
             parts.append((len(parts[-1][1].text) + parts[-1][0] if parts else 0, doc))
             if k < n - 1:
                 continue
-            doc_or_parts, parts = parts, []
-        else:
-            doc_or_parts = doc
-        yield _annotated(held.pop(seq), doc_or_parts, key, confidence, fmt, cuts)
-
-
-def _annotated(
-    row: Dict[str, Any], doc, key: Optional[str], confidence: bool, fmt: str, cuts: Optional[Dict[str, int]]
-) -> Dict[str, Any]:
-    """``row`` with its annotations; ``doc``: the doc, or ``[(offset, doc), ...]``
-    for a text annotated in pieces."""
-    out = dict(row)
-    out["ann"] = out["doc"] = None
-    out["cuts"] = dumps(cuts) if cuts else None
-    if row["kind"] != "doc":
-        return out
-    if fmt == "spacy":
-        whole = join_docs([d for _, d in doc], [o for o, _ in doc]) if isinstance(doc, list) else doc
-        out["doc"] = _doc_bytes(whole)
-    elif isinstance(doc, list):
-        out["ann"] = dumps(join_annotations([(o, annotations(d, key, confidence)) for o, d in doc]))
-    else:
-        out["ann"] = dumps(annotations(doc, key, confidence))
-    return out
+            if len(parts) < n:
+                yield alone(seq)
+            else:
+                yield annotated_row(held.pop(seq), parts if n > 1 else doc, key, confidence, fmt, cuts)
+            parts, next_seq = [], seq + 1
+        for seq in sorted(held):  # the last rows lost their doc
+            yield alone(seq)
 
 
 Shard = Tuple[int, str, str]  # (index, path, name)
@@ -372,19 +373,24 @@ def _local_rows(
             fmt=fmt,
             max_chars=max_chars,
             sort_buffer=sort_buffer,
+            stop_on_failure=stop_on_error,
         )
         return
     for i, path, name in shards:
         for chunk in shard_chunks(path, i, name, text_key, id_key, chunk_rows(batch_size, sort_buffer)):
-            yield from annotate_rows(
+            bad = False
+            for row in annotate_rows(
                 nlp,
                 chunk,
                 confidence=confidence,
                 fmt=fmt,
                 max_chars=max_chars,
+                stop_on_failure=False,  # the chunk is read already: stop after it
                 **chunk_batching(chunk, batch_size, sort_buffer),
-            )
-            if stop_on_error and any(row["kind"] == "error" for row in chunk):
+            ):
+                bad = bad or row["kind"] in ("error", "failed")
+                yield row
+            if stop_on_error and bad:
                 return
 
 

@@ -278,6 +278,7 @@ class _Collector:
         self.local, self.start = local, start
         self.writers: Dict[int, Any] = {}
         self.errors: Dict[int, List[Dict[str, Any]]] = {}
+        self.failed: Dict[int, int] = {}  # per shard, the valid records the pipeline refused
         self.finished: List[int] = []
         self.shard_chars: Dict[int, int] = {}
         self.first_record: Optional[float] = None
@@ -292,13 +293,15 @@ class _Collector:
             kind = row["kind"]
             if kind == "doc":
                 self._record(row, bar)
-            elif kind == "error" and self.on_error != "raise":
+            elif kind in ("error", "failed") and self.on_error != "raise":
                 i = row["shard"]
                 self.errors.setdefault(i, []).append(
                     {"file": str(self.plan.shards[i]), "line": row["line"], "reason": row["error"]}
                 )
                 self.skipped += 1
-            elif kind in ("error", "fatal"):  # a bad record under "raise", or a shard that cannot be read
+                if kind == "failed":  # read as a valid record, refused by the pipeline
+                    self.failed[i] = self.failed.get(i, 0) + 1
+            elif kind in ("error", "failed", "fatal"):  # a bad record under "raise", or a shard that cannot be read
                 fatal = AnnotateError(
                     row["error"]
                     if kind == "fatal"
@@ -339,10 +342,13 @@ class _Collector:
         shard, final, state = self.plan.shards[i], self.plan.finals[i], self.states[i]
         writer = self._writer(i)
         n_errors = len(self.errors.get(i, []))
-        if writer.count != counts["docs"] or n_errors != counts["errors"]:
+        n_failed = self.failed.pop(i, 0)
+        if writer.count + n_failed != counts["docs"] or n_errors - n_failed != counts["errors"]:
             raise AnnotateError(
                 f"shard {shard}: read {counts['docs']} records ({counts['errors']} bad) but wrote "
-                f"{writer.count} ({n_errors} bad); its output was not finished"
+                f"{writer.count} ({n_errors - n_failed} bad"
+                + (f", {n_failed} refused by the pipeline" if n_failed else "")
+                + "); its output was not finished"
             )
         err_text = "".join(dumps(e) + "\n" for e in self.errors.pop(i, []))
         written = file_identity(writer.finish())

@@ -80,7 +80,7 @@ from .span_arrays import write_words
 from .trainable_head import TrainableHead
 
 
-class CRFTagger(TrainableHead):
+class CRFTagger(_user_dict.UserDictMethods, TrainableHead):
     """Label token sequences with a linear-chain CRF over token features."""
 
     nonfinite_causes = (
@@ -167,18 +167,23 @@ class CRFTagger(TrainableHead):
     # --- prediction -----------------------------------------------------------
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
-        """Annotate a stream of docs, in order, predicting length-sorted sub-batches."""
+        """Annotate a stream of docs, in order, predicting length-sorted
+        sub-batches. A sub-batch that fails is decoded again doc by doc, and
+        the error handler gets each doc that fails alone (the others go on)."""
         error_handler = self.get_error_handler()
         max_items = self.cfg.get("max_batch_items", 4096)
         for docs in minibatch(stream, size=batch_size):
             docs = list(docs)
-            try:
-                for indices in batch_by_length([len(doc) for doc in docs], max_items):
-                    sub_batch = [docs[i] for i in indices]
+            failed: Set[int] = set()
+            for indices in batch_by_length([len(doc) for doc in docs], max_items):
+                sub_batch = [docs[i] for i in indices]
+                try:
                     self.set_annotations(sub_batch, self.predict(sub_batch))
-                yield from docs
-            except Exception as e:
-                error_handler(self.name, self, docs, e)
+                except Exception:
+                    for k, e in _decoding.annotate_each(self, sub_batch):
+                        error_handler(self.name, self, [sub_batch[k]], e)
+                        failed.add(indices[k])
+            yield from (doc for i, doc in enumerate(docs) if i not in failed)
 
     def predict(self, docs: Iterable[Doc]) -> List[Ints1d]:
         """Best tag ids per doc (constrained Viterbi, or argmax without a CRF),
@@ -239,26 +244,6 @@ class CRFTagger(TrainableHead):
         the lexicon. Tune ``weight`` on dev data; it is saved with the
         words."""
         set_lexicon(self, words, weight)
-
-    def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
-        """Add user words to a ``bmes`` segmenter, without retraining
-        (:mod:`spacy_crf.pipeline.user_dict`). ``mode="force"``: every occurrence is
-        decoded as exactly one word; ``"prior"``: each occurrence adds
-        ``weight`` (default 1) to its B/M/E emission scores, on top of the
-        lexicon's. A word added again is replaced; ``self.user_dict`` holds
-        them (``.remove(words)``, ``.clear()``). Saved with the pipe.
-        Returns the number of words given."""
-        return _user_dict.add_words(self, words, mode, weight)
-
-    def add_user_entities(
-        self, entities: Iterable[Tuple[str, str]], *, mode: str = "force", weight: Optional[float] = None
-    ) -> int:
-        """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
-        tagger, without retraining: ``mode="force"`` decodes every occurrence
-        as that entity (as a preset entity), ``"prior"`` adds ``weight``
-        (default 1) to the emission scores of its tags. The label must be one
-        of the tagger's. Otherwise as :meth:`add_user_words`."""
-        return _user_dict.add_entities(self, entities, mode, weight)
 
     def tag_mask(self, doc: Doc, *, preset: bool = True) -> Optional[numpy.ndarray]:
         """Tags allowed at each token of ``doc`` when decoding: bool

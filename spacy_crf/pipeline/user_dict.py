@@ -245,6 +245,30 @@ def add_entities(
     return len(entries)
 
 
+class UserDictMethods:
+    """The user-dictionary methods of :class:`~spacy_crf.pipeline.crf_tagger.CRFTagger`."""
+
+    def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
+        """Add user words to a ``bmes`` segmenter, without retraining
+        (:mod:`spacy_crf.pipeline.user_dict`). ``mode="force"``: every occurrence is
+        decoded as exactly one word; ``"prior"``: each occurrence adds
+        ``weight`` (default 1) to its B/M/E emission scores, on top of the
+        lexicon's. A word added again is replaced; ``self.user_dict`` holds
+        them (``.remove(words)``, ``.clear()``). Saved with the pipe.
+        Returns the number of words given."""
+        return add_words(self, words, mode, weight)
+
+    def add_user_entities(
+        self, entities: Iterable[Tuple[str, str]], *, mode: str = "force", weight: Optional[float] = None
+    ) -> int:
+        """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
+        tagger, without retraining: ``mode="force"`` decodes every occurrence
+        as that entity (as a preset entity), ``"prior"`` adds ``weight``
+        (default 1) to the emission scores of its tags. The label must be one
+        of the tagger's. Otherwise as :meth:`add_user_words`."""
+        return add_entities(self, entities, mode, weight)
+
+
 def read_user_dict(path: Union[str, Path], scheme: str) -> List[Tuple[str, Optional[str], str, Optional[float], str]]:
     """The entries of a user dictionary file: ``(text, label, mode, weight, source)``.
 

@@ -1,7 +1,8 @@
 """Decoding with a user dictionary (:mod:`spacy_crf.pipeline.user_dict`): where its
 entries occur in a doc, the prior they add to the emission scores
 (:func:`add_prior`) and the tags their forced occurrences allow
-(:func:`constrain`), resolved as that module's docstring says."""
+(:func:`constrain`), resolved as that module's docstring says; and a batch
+that failed (a conflict), decoded again doc by doc (:func:`annotate_each`)."""
 
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -141,3 +142,21 @@ def _resolve(pipe, doc: Doc, occurrences: List[Tuple[int, int, UserEntry]]) -> L
             )
         kept.append((start, end, entry))
     return kept
+
+
+def annotate_each(pipe, docs: List[Doc]) -> List[Tuple[int, Exception]]:
+    """Annotate ``docs`` one at a time, each decoded from the batch's emission
+    scores (the same floats as in the batch), so that a doc whose forced
+    entries cross fails alone; the position and error of each doc that fails."""
+    try:
+        scores = pipe.emission_scores(docs) if any(len(doc) for doc in docs) else None
+    except Exception:
+        scores = None  # not one doc's error: each doc runs alone and fails alone
+    errors = []
+    for k, doc in enumerate(docs):
+        try:
+            alone = pipe.predict([doc]) if scores is None or not len(doc) else pipe.decode([doc], [scores[k]])
+            pipe.set_annotations([doc], alone)
+        except Exception as e:
+            errors.append((k, e))
+    return errors
