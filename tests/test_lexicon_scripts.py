@@ -47,6 +47,24 @@ def test_build_from_a_word_list(build, tmp_path):
     assert (tmp_path / "lexicon" / "dict.txt").read_bytes() == source.read_bytes()
 
 
+def test_words_the_training_words_contradict_are_dropped_from_both_files(build, tmp_path):
+    from spacy.tokens import Doc
+
+    vocab = spacy.blank("zh").vocab
+    train = [["一", "个", "人", "在", "上海市"], ["北京", "人"], ["一", "个"]]
+    DocBin(docs=[Doc(vocab, words=w, spaces=[False] * len(w)) for w in train]).to_disk(tmp_path / "train.spacy")
+    source = tmp_path / "my_dict.txt"
+    source.write_text("一个 90 m\n上海市 3 ns\n上海 5 ns\n北京 8 ns\n广州 4 ns\n个 1 q\n", encoding="utf-8")
+    meta = build.build(str(source), tmp_path / "lexicon", tmp_path / "train.spacy")
+    # 一个 is in the text and never a word; 上海 only inside the word 上海市; 广州 never in the text: kept
+    assert (tmp_path / "lexicon" / "dropped.txt").read_text(encoding="utf-8") == "一个\n上海\n"
+    assert (tmp_path / "lexicon" / "words.txt").read_text(encoding="utf-8") == "上海市\n北京\n广州\n"
+    assert (tmp_path / "lexicon" / "dict.txt").read_text(
+        encoding="utf-8"
+    ) == "上海市 3 ns\n北京 8 ns\n广州 4 ns\n个 1 q\n"
+    assert meta["dropped"] == 2 and meta["words"] == 3
+
+
 def test_build_from_jieba(build, tmp_path):
     meta = build.build("jieba", tmp_path / "lexicon")
     assert meta["source"] == "jieba" and meta["source_file"] == "dict.txt" and meta["source_version"] == "0.42.1"

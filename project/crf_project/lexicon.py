@@ -16,18 +16,28 @@ downloaded. A PATH is any UTF-8 word list with one word first on each line
 prior of the segmenter (``lexicon-tune``, ``assemble``), never as training
 data, and they are not the SXU training words: SXU OOV recall still counts
 every dev word not seen in SXU training as unseen.
+
+``--contradicted-by TRAIN.spacy`` drops from both files every word that the
+segmentation standard contradicts: it occurs in the training corpus's text
+and is never one of its gold words there (SXU always splits 一个, 这种, 不能).
+On SXU's block-carved dev such words fire 5,403 times and are a gold word 228
+times (4 %), while the other dictionary matches are right 82 % of the time
+(19,697 words of jieba's; measured with this rule: a word seen even once and
+never a word is dropped; requiring 2 or 5 sightings keeps words that are right
+10 % and 1 % of the time). The dropped words are listed in ``dropped.txt``.
 """
 
 import hashlib
 import shutil
 from importlib import metadata
 from pathlib import Path
+from typing import Iterable, Optional, Set
 
 import typer
 from wasabi import msg
 
 from crf_project.script_cli import script_app
-from spacy_crf.files import write_json_atomic
+from spacy_crf.files import write_json_atomic, write_text_atomic
 from spacy_crf.pipeline.lexicon import Lexicon, read_lexicon
 
 
@@ -46,18 +56,41 @@ def jieba_dictionary() -> Path:
     raise ValueError("--source jieba: the installed jieba package has no jieba/dict.txt")
 
 
-def build(source: str, out_dir: Path) -> dict:
-    """Write ``words.txt`` and ``meta.json`` into ``out_dir``; the meta."""
+def contradicted_words(words: Iterable[str], corpus: Path) -> Set[str]:
+    """The ``words`` that occur in the text of ``corpus`` (a ``.spacy`` file
+    whose tokens are the gold words) and are never one of its tokens."""
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    lexicon = Lexicon(words)
+    seen: Set[str] = set()
+    gold: Set[str] = set()
+    for doc in DocBin().from_disk(corpus).get_docs(Vocab()):
+        gold.update(token.text for token in doc)
+        _, ids = lexicon.find(doc.text)
+        seen.update(lexicon.word_list[i] for i in set(ids.tolist()))
+    return seen - gold
+
+
+def build(source: str, out_dir: Path, contradicted_by: Optional[Path] = None) -> dict:
+    """Write ``words.txt``, ``dict.txt`` and ``meta.json`` into ``out_dir``
+    (without the words ``contradicted_by`` contradicts, listed in ``dropped.txt``); the meta."""
     path = jieba_dictionary() if source == "jieba" else Path(source)
     entries = read_lexicon(path)
-    lexicon = Lexicon(entries)
+    dropped = contradicted_words(entries, contradicted_by) if contradicted_by is not None else set()
+    lexicon = Lexicon(w for w in entries if w not in dropped)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "words.txt.tmp"
-    tmp.write_text("".join(w + "\n" for w in sorted(lexicon.words)), encoding="utf-8")
-    tmp.replace(out_dir / "words.txt")
-    tmp = out_dir / "dict.txt.tmp"
-    shutil.copyfile(path, tmp)
-    tmp.replace(out_dir / "dict.txt")
+    write_text_atomic(out_dir / "words.txt", "".join(w + "\n" for w in sorted(lexicon.words)))
+    if dropped:
+        write_text_atomic(out_dir / "dropped.txt", "".join(w + "\n" for w in sorted(dropped)))
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if not line.split() or line.split()[0].lstrip("\ufeff") not in dropped]
+        write_text_atomic(out_dir / "dict.txt", "".join(kept))
+    else:
+        (out_dir / "dropped.txt").unlink(missing_ok=True)
+        tmp = out_dir / "dict.txt.tmp"
+        shutil.copyfile(path, tmp)
+        tmp.replace(out_dir / "dict.txt")
     meta = {
         "source": source if source == "jieba" else path.name,
         "source_file": path.name,
@@ -66,6 +99,8 @@ def build(source: str, out_dir: Path) -> dict:
         "entries": len(entries),
         "words": len(lexicon),
         "max_length": lexicon.max_length,
+        "contradicted_by": str(contradicted_by) if contradicted_by is not None else None,
+        "dropped": len(dropped),
     }
     write_json_atomic(out_dir / "meta.json", meta)
     return meta
@@ -80,12 +115,18 @@ def main(
     source: str = typer.Option(
         "jieba", "--source", help="'jieba' (the installed jieba package's dictionary) or a word-list file"
     ),
+    contradicted_by: Optional[Path] = typer.Option(
+        None,
+        "--contradicted-by",
+        help="a CWS training .spacy file: drop the words it has in its text but never as a word",
+    ),
 ) -> None:
     try:
-        meta = build(source, out_dir)
+        meta = build(source, out_dir, contradicted_by)
     except ValueError as e:
         msg.fail(str(e), exits=1)
     msg.good(
         f"lexicon: {meta['words']:,} words of 2 to {meta['max_length']} characters "
-        f"(of {meta['entries']:,} entries in {meta['source_file']}) -> {out_dir / 'words.txt'}"
+        f"(of {meta['entries']:,} entries in {meta['source_file']}; {meta['dropped']:,} contradicted by the "
+        f"training words dropped) -> {out_dir / 'words.txt'}"
     )
