@@ -13,8 +13,9 @@ from spacy.tokens import Doc
 from spacy.training import Example
 
 from spacy_crf.ml import char_tagger as ct
-from spacy_crf.ml.char_tagger import CharTagger, read_char_tagger, write_char_tagger
+from spacy_crf.ml.char_tagger import CharTagger
 from spacy_crf.ml.tagger_features import PROJECTION_W, REF, TaggerFeatures, tagger_of, token_features
+from spacy_crf.ml.tagger_folder import read_char_tagger, write_char_tagger
 from spacy_crf.training.optimizers import grouped_adam
 
 CHARS = [" ", "张", "三", "去", "上", "海", "A", "北", "京", "OOV"]
@@ -253,3 +254,13 @@ def test_the_scaled_forward_backward_gives_the_crf_marginals():
     expected = crf.marginals(torch.from_numpy(emissions), mask, torch.from_numpy(transitions), zeros, zeros)
     numpy.testing.assert_allclose(got, expected.numpy(), atol=1e-4)
     assert ct.crf_marginals(emissions[:, :0], numpy.zeros(B, "int64"), transitions).shape == (B, 0, K)
+
+
+def test_forked_workers_run_their_own_sessions(tmp_path, tagger_dir):
+    nlp = _ner_pipe()
+    examples = _examples(nlp)
+    nlp.get_pipe("crf_ner").initialize(lambda: examples, nlp=nlp, tagger_features=read_char_tagger(tagger_dir))
+    texts = [text for text, _ in NER_DATA] * 4
+    expected = [[(e.start_char, e.end_char, e.label_) for e in doc.ents] for doc in nlp.pipe(texts)]
+    got = [[(e.start_char, e.end_char, e.label_) for e in doc.ents] for doc in nlp.pipe(texts, n_process=2)]
+    assert got == expected

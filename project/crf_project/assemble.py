@@ -212,16 +212,33 @@ def assemble(
             "quantized": None if quantize == "none" else quantize,
             "lexicon": lexicon_meta,
             # spacy.load of an ONNX or OpenVINO encoder needs its runtime: the extra brings it
-            "requirements": [REQUIREMENT.format(extras=_extras(quantize))],
+            "requirements": [REQUIREMENT.format(extras=_extras(quantize, _tagger_meta(nlp) is not None))],
+            "char_tagger": _tagger_meta(nlp),
             "performance": {},
         }
     )
     return nlp
 
 
-def _extras(quantize: str) -> str:
-    """What ``spacy.load`` of the package needs besides the plain package."""
-    return "[onnx]" if quantize in ONNX_QUANTIZE else "[openvino]" if quantize in OPENVINO_QUANTIZE else ""
+def _extras(quantize: str, char_tagger: bool = False) -> str:
+    """What ``spacy.load`` of the package needs besides the plain package
+    (a character tagger's features run on ONNX Runtime)."""
+    extras = ["onnx"] if quantize in ONNX_QUANTIZE or char_tagger else []
+    extras += ["openvino"] if quantize in OPENVINO_QUANTIZE else []
+    return f"[{','.join(extras)}]" if extras else ""
+
+
+def _tagger_meta(nlp: Language) -> Optional[dict]:
+    """The character tagger of the pipeline's tagger features (its source,
+    licence and sha256, as recorded in the weights); None without one."""
+    from spacy_crf.ml.tagger_features import REF, tagger_of
+
+    for _, pipe in nlp.pipeline:
+        model = getattr(pipe, "model", None)
+        if model is not None and model.has_ref(REF):
+            tagger = tagger_of(model.get_ref(REF))
+            return {**tagger.meta, "sha256": tagger.sha256, "tags": len(tagger.tags), "bytes": len(tagger.model)}
+    return None
 
 
 def calibration_texts(paths: Sequence[Path], limit: int) -> List[str]:

@@ -29,7 +29,7 @@ def extract_tagger_cli(
     from wasabi import msg
 
     from ..files import atomic_dir, check_output_dir
-    from ..ml.char_tagger import META_FILE, write_char_tagger
+    from ..ml.tagger_folder import META_FILE, write_char_tagger
 
     if name not in TAGGERS:
         msg.fail(f"extract-tagger: unknown tagger {name!r}: choose from {', '.join(TAGGERS)}", exits=1)

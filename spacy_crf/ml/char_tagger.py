@@ -29,14 +29,13 @@ docs/usage.md and tested in tests/test_tagger_features.py:
 """
 
 import hashlib
+import os
 import threading
-import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy
 import srsly
-from spacy.util import registry
 
 FORMAT = "spacy_crf.char_tagger.v1"
 OUTPUTS = ("marginals", "hidden")
@@ -49,6 +48,7 @@ BATCH_CHARS = 16_384
 #: characters' features kept by the training cache (float16), about 2.5 GB at 305 columns
 CORPUS_CACHE_CHARS = 4_000_000
 _MAX_CODEPOINT = 0x110000
+_INHERITED: List[object] = []  # sessions a forked child inherited: kept, never destroyed there
 
 
 def sha256_hex(data: bytes) -> str:
@@ -94,6 +94,7 @@ class CharTagger:
             self._check()
         self._ids: Optional[numpy.ndarray] = None
         self._session = None
+        self._pid = os.getpid()
         self._hidden_width: Optional[int] = None
         self._lock = threading.Lock()
         self._corpus: "OrderedDict[Tuple[str, Tuple[str, ...]], numpy.ndarray]" = OrderedDict()
@@ -124,18 +125,29 @@ class CharTagger:
     # --- running the graph ------------------------------------------------------
 
     def session(self):
+        """The ONNX Runtime session of this process. A forked child (``nlp.pipe``
+        with ``n_process > 1``) starts its own: the parent's thread pools do not
+        survive a fork, and the inherited session is kept, never destroyed
+        there (destroying it can crash the child)."""
+        if self._session is not None and self._pid != os.getpid():
+            _INHERITED.append(self._session)
+            self._session = None
         if self._session is None:
             with self._lock:
                 if self._session is None:
                     if not self.model:
                         raise ValueError("char tagger: no model (the layer was never initialized)")
                     import onnxruntime
+                    import torch
 
                     options = onnxruntime.SessionOptions()
                     options.log_severity_level = 3
+                    options.intra_op_num_threads = torch.get_num_threads()
+                    options.inter_op_num_threads = 1
                     self._session = onnxruntime.InferenceSession(
                         self.model, options, providers=["CPUExecutionProvider"]
                     )
+                    self._pid = os.getpid()
         return self._session
 
     def run(self, ids: numpy.ndarray, lengths: numpy.ndarray) -> Tuple[numpy.ndarray, numpy.ndarray]:
@@ -271,11 +283,10 @@ class CharTagger:
     def __setstate__(self, state: Dict) -> None:
         self.__dict__.update(CharTagger.from_bytes(state["data"]).__dict__)
 
-    def __copy__(self) -> "CharTagger":
+    def __copy__(self) -> "CharTagger":  # immutable but for its caches: shared
         return self
 
-    def __deepcopy__(self, memo) -> "CharTagger":
-        return self
+    __deepcopy__ = lambda self, memo: self  # noqa: E731
 
 
 def crf_marginals(emissions: numpy.ndarray, lengths: numpy.ndarray, transitions: numpy.ndarray) -> numpy.ndarray:
@@ -331,84 +342,3 @@ def check_outputs(outputs: Sequence[str]) -> Tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown tagger outputs {unknown}: choose from {list(OUTPUTS)}")
     return tuple(name for name in OUTPUTS if name in outputs)
-
-
-# --- a tagger's folder (written by ``spacy crf extract-tagger``) -------------------
-
-MODEL_FILE, META_FILE = "model.onnx", "tagger.json"
-
-
-def write_char_tagger(tagger: CharTagger, path) -> None:
-    """``path/model.onnx`` and ``path/tagger.json`` (everything else, the sha256 of the model included)."""
-    from pathlib import Path
-
-    from ..files import write_bytes_atomic, write_json_atomic
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path / MODEL_FILE, tagger.model)
-    meta = {
-        "format": FORMAT,
-        "sha256": tagger.sha256,
-        "meta": tagger.meta,
-        "oov": tagger.oov,
-        "tags": tagger.tags,
-        "transitions": tagger.transitions.tolist(),
-        "normalise": tagger.normalise,
-        "chars": tagger.chars,
-    }
-    write_json_atomic(path / META_FILE, meta, indent=0)
-
-
-@registry.readers("spacy_crf.read_char_tagger.v1")
-def read_char_tagger(path) -> Optional[CharTagger]:
-    """The tagger in folder ``path`` (``spacy crf extract-tagger``), for
-    ``[initialize.components.NAME.tagger_features]``; ``path`` null: none.
-    Errors name the file; the model's bytes must have the recorded sha256."""
-    from pathlib import Path
-
-    if path is None:
-        return None
-    path = Path(path)
-    model_path, meta_path = path / MODEL_FILE, path / META_FILE
-    # the heads of a joint config each read the same folder: one tagger, one cache
-    try:
-        key = (str(path.resolve()), *((p.stat().st_size, p.stat().st_mtime_ns) for p in (model_path, meta_path)))
-    except OSError:
-        key = None
-    if key is not None and key in _READ:
-        return _READ[key]
-    tagger = _read_char_tagger(path, model_path, meta_path)
-    if key is not None:
-        _READ[key] = tagger
-    return tagger
-
-
-_READ: "weakref.WeakValueDictionary[tuple, CharTagger]" = weakref.WeakValueDictionary()
-
-
-def _read_char_tagger(path, model_path, meta_path) -> CharTagger:
-    for needed in (model_path, meta_path):
-        if not needed.is_file():
-            raise ValueError(
-                f"char tagger {str(path)!r}: no {needed.name}; make the folder with `spacy crf extract-tagger`"
-            )
-    try:
-        meta = srsly.read_json(meta_path)
-    except ValueError as e:
-        raise ValueError(f"char tagger {str(meta_path)!r}: not JSON ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"char tagger {str(meta_path)!r}: not a {FORMAT} file")
-    try:
-        return CharTagger(
-            model_path.read_bytes(),
-            meta["chars"],
-            meta["oov"],
-            meta["tags"],
-            numpy.asarray(meta["transitions"], dtype="float32"),
-            meta["normalise"],
-            meta["meta"],
-            sha256=meta["sha256"],
-        )
-    except (KeyError, ValueError) as e:
-        raise ValueError(f"char tagger {str(path)!r}: {e}") from None
