@@ -4,8 +4,10 @@ spacy-transformers and torch.
 Autocast, sparse embedding gradients, freezing and quantization all change
 the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
 thinc's Adam state; the merge copies a ``Doc``'s private fields; srsly's
-msgpack hooks are looked up without re-reading the entry points. Those
-reaches are listed in :data:`PRIVATE_API`, and
+msgpack hooks are looked up without re-reading the entry points;
+spacy-transformers' ``Transformer.from_disk`` is wrapped so that load errors
+of the package's encoders name the file. Those reaches are listed in
+:data:`PRIVATE_API`, and
 :func:`check_private_api` checks every entry against the installed
 libraries (run by the test suite), so that an upgrade that renames one fails
 with a message naming it instead of silently disabling a feature. Code
@@ -226,6 +228,27 @@ def stock_transformer_helper(name: str) -> Callable:
     from spacy_transformers.layers import transformer_model
 
     return _STOCK_TRANSFORMER_HELPERS.get(name, getattr(transformer_model, name))
+
+
+def wrap_transformer_from_disk(load: Callable) -> None:
+    """Make spacy-transformers' ``Transformer.from_disk`` call
+    ``load(stock_from_disk, component, path, exclude)``. Its own reads the
+    ``model`` file and hands the bytes to the model, so that no error of the
+    model's says which file it was reading. Doing it again changes nothing."""
+    from spacy_transformers.pipeline_component import Transformer
+
+    stock = Transformer.from_disk
+    if getattr(stock, "wrapped_by_spacy_crf", None) is load:
+        return
+    stock = getattr(stock, "stock_from_disk", stock)
+
+    def from_disk(self, path, *, exclude=tuple()):
+        return load(stock, self, path, exclude)
+
+    from_disk.__doc__ = stock.__doc__
+    from_disk.stock_from_disk = stock  # type: ignore[attr-defined]
+    from_disk.wrapped_by_spacy_crf = load  # type: ignore[attr-defined]
+    Transformer.from_disk = from_disk  # type: ignore[method-assign]
 
 
 def layer_forward(layer: Model) -> Callable:

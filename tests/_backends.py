@@ -82,3 +82,31 @@ def forked_child_ents(nlp, ents):
     assert child.exitcode == 0
     assert not inherited and child_ents == ents
     assert not encoder.session_started  # dropped before the fork; the next call starts a new one
+
+
+def assert_a_damaged_encoder_file_is_named_at_load(pipeline_dir, tmp_path, kind):
+    """A copy of ``pipeline_dir`` whose ``transformer/model`` (a ``kind``
+    encoder) is truncated, then missing, fails ``spacy.load`` with one line
+    naming the file, not with msgpack's "Unpack failed" or a bare
+    ``FileNotFoundError``. Returns the copy, whole again."""
+    import re
+    import shutil
+
+    import pytest
+
+    copy = tmp_path / "damaged"
+    shutil.copytree(pipeline_dir, copy)
+    model = copy / "transformer" / "model"
+    data = model.read_bytes()
+    named = f"Cannot load the {kind} encoder of component 'transformer' from {re.escape(repr(str(model)))}: "
+    for cut in (len(data) // 2, len(data) - 1, 0):
+        model.write_bytes(data[:cut])
+        with pytest.raises(ValueError, match=named + "the file is truncated or damaged") as error:
+            spacy.load(copy)
+        assert "\n" not in str(error.value)
+    model.unlink()
+    with pytest.raises(ValueError, match=named + "the file is missing") as error:
+        spacy.load(copy)
+    assert "\n" not in str(error.value)
+    model.write_bytes(data)
+    return copy

@@ -17,6 +17,7 @@ pytest.importorskip("onnx")
 
 from _backends import (  # noqa: E402
     TEXTS,
+    assert_a_damaged_encoder_file_is_named_at_load,
     encoders,
     examples,
     forked_child_ents,
@@ -97,6 +98,19 @@ def test_a_graph_damaged_on_disk_is_an_error_at_load(onnx_dir, tmp_path):
     # a graph saved before digests (no entry) loads as it did
     del state[DIGEST]
     OnnxEncoder(encoder.config).load_state_dict(state)
+
+
+def test_a_truncated_or_missing_graph_file_is_named_at_load(onnx_dir, tmp_path):
+    copy = assert_a_damaged_encoder_file_is_named_at_load(onnx_dir, tmp_path, "ONNX")
+    assert outputs(spacy.load(copy))[1:] == outputs(spacy.load(onnx_dir))[1:]  # whole again: loads
+
+
+def test_without_onnxruntime_loading_fails_saying_what_to_install(onnx_dir, monkeypatch):
+    # not at the first prediction: the pipeline is of no use without it
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ImportError, match=r"The ONNX encoder needs onnxruntime.*: pip install onnxruntime") as error:
+        spacy.load(onnx_dir)
+    assert "\n" not in str(error.value)
 
 
 def test_n_process_2_and_a_fresh_process_match(onnx_dir, tmp_path):
@@ -226,7 +240,7 @@ def test_loading_torch_weights_into_the_onnx_architecture_is_a_clear_error(float
     cfg.write_text(
         cfg.read_text(encoding="utf8").replace("spacy-transformers.TransformerModel.v3", ONNX_ARCH), encoding="utf8"
     )
-    with pytest.raises(ValueError, match="saved with a torch encoder"):
+    with pytest.raises(ValueError, match="saved with another encoder"):
         spacy.load(tmp_path / "p")
 
 

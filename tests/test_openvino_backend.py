@@ -14,6 +14,7 @@ pytest.importorskip("onnx")
 
 from _backends import (  # noqa: E402
     TEXTS,
+    assert_a_damaged_encoder_file_is_named_at_load,
     encoders,
     examples,
     forked_child_ents,
@@ -87,6 +88,21 @@ def test_to_disk_and_load_give_the_openvino_pipeline_back(float_dir, openvino_di
     assert after[1:] == before[1:] and max_diff(before[0], after[0]) < 1e-4
     loaded.to_disk(tmp_path / "again")
     assert outputs(spacy.load(tmp_path / "again"))[1:] == before[1:]
+
+
+def test_a_truncated_or_missing_model_file_is_named_at_load(openvino_dir, tmp_path):
+    copy = assert_a_damaged_encoder_file_is_named_at_load(openvino_dir, tmp_path, "OpenVINO")
+    assert outputs(spacy.load(copy))[1:] == outputs(spacy.load(openvino_dir))[1:]  # whole again: loads
+
+
+def test_without_openvino_loading_fails_saying_what_to_install(openvino_dir, monkeypatch):
+    import sys
+
+    # not at the first prediction: the pipeline is of no use without it
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(ImportError, match=r"The OpenVINO encoder needs openvino.*: pip install openvino") as error:
+        spacy.load(openvino_dir)
+    assert "\n" not in str(error.value)
 
 
 def test_the_precision_is_a_run_time_setting_of_the_config(openvino_dir):

@@ -9,7 +9,15 @@ import numpy
 import pytest
 import spacy
 import torch
-from _backends import TEXTS, encoders, examples, make_nlp, outputs, trained_float_pipeline
+from _backends import (
+    TEXTS,
+    assert_a_damaged_encoder_file_is_named_at_load,
+    encoders,
+    examples,
+    make_nlp,
+    outputs,
+    trained_float_pipeline,
+)
 
 from spacy_crf.encoders.quantize import (
     QUANTIZED_ARCH,
@@ -79,6 +87,11 @@ def test_to_disk_and_load_give_the_in_memory_quantized_pipeline(float_dir, tmp_p
     # and once more: a loaded quantized pipeline saves and loads the same
     loaded.to_disk(tmp_path / "again")
     assert_same_outputs(outputs(spacy.load(tmp_path / "again")), before)
+
+
+def test_a_truncated_or_missing_weights_file_is_named_at_load(int8_dir, tmp_path):
+    copy = assert_a_damaged_encoder_file_is_named_at_load(int8_dir, tmp_path, "quantized")
+    assert_same_outputs(outputs(spacy.load(copy)), outputs(spacy.load(int8_dir)))  # whole again: loads
 
 
 def test_quantized_encoder_is_smaller_on_disk(float_dir, int8_dir):

@@ -48,6 +48,7 @@ from .onnx_graph import (
     check_quantize,
     export_onnx,
     quantize_onnx,
+    require,
     require_onnxruntime,
 )
 from .quantize import QUANTIZED_ARCH, QUANTIZED_TOK2VEC_ARCH, QuantizedHFShim
@@ -101,12 +102,16 @@ class OnnxHFShim(InferenceOnlyShim):
     errors): they override ``empty_encoder`` and ``exported``."""
 
     runtime = "ONNX Runtime"
+    #: the module that runs the encoder, required when the shim is built
+    #: (at load), not at the first prediction
+    runtime_module = "onnxruntime"
     export_function = "spacy_crf.encoders.onnx_backend.export_pipeline"
     training_error = OnnxTrainingError
     kind = "ONNX"
 
     def __init__(self, model, *, quantize: str = "none", **kwargs):
         self.quantize = check_quantize(quantize)
+        require(self.runtime_module, self.kind, self.kind.lower())
         kwargs["model_cls"] = _EmptyEncoder(self.empty_encoder)
         super().__init__(model, **kwargs)
         if model.transformer is not None:

@@ -35,6 +35,8 @@ import numpy
 import torch
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from .swap import SavedEncoderError
+
 QUANTIZE = ("none", "int8")
 # 17 has LayerNormalization as one op; every ONNX Runtime this package allows runs it
 OPSET = 17
@@ -57,10 +59,23 @@ def check_digest(state_dict, parts: Tuple[bytes, ...], what: str) -> None:
     digest saved with it (a state saved before digests has none: not checked)."""
     saved = state_dict.get(DIGEST)
     if saved is not None and not torch.equal(saved, digest_state(*parts)):
-        raise ValueError(
+        raise SavedEncoderError(
             f"The saved {what} encoder is damaged: its {sum(map(len, parts)):,} bytes do not match the "
             "SHA-256 saved with them. Copy or reinstall the pipeline again."
         )
+
+
+def checked_states(state_dict, names: Tuple[str, ...], what: str) -> Tuple[bytes, ...]:
+    """The payloads ``names`` of a saved ``what`` encoder's ``state_dict``,
+    as bytes, checked against the digest saved with them."""
+    if set(state_dict) - {DIGEST} != set(names):
+        raise SavedEncoderError(
+            f"Expected a saved {what} encoder (states {list(names)}), found {sorted(state_dict)[:5]}: was this "
+            f"pipeline saved with another encoder (torch's?) but configured with an {what} architecture?"
+        )
+    parts = tuple(state_dict[name].numpy().tobytes() for name in names)
+    check_digest(state_dict, parts, what)
+    return parts
 
 
 def check_quantize(quantize: str) -> str:
@@ -70,11 +85,16 @@ def check_quantize(quantize: str) -> str:
 
 
 def require(module: str, backend: str = "ONNX", extra: str = "onnx"):
-    """``module`` imported, or an error saying which extra brings it."""
+    """``module`` imported, or a one-line error saying what to install (the
+    module's package, or the extra that brings it)."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"The {backend} encoder needs {module}: pip install 'spacy-crf[{extra}]'") from e
+        reason = " ".join(str(e).split())[:200]
+        raise ImportError(
+            f"The {backend} encoder needs {module}, which cannot be imported ({reason}): "
+            f"pip install {module} (or pip install 'spacy-crf[{extra}]')"
+        ) from None
 
 
 def require_onnxruntime():
@@ -275,14 +295,7 @@ class OnnxEncoder(torch.nn.Module):
         return {"onnx": torch.from_numpy(data.copy()), DIGEST: digest_state(self.onnx_bytes or b"")}
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        if set(state_dict) - {DIGEST} != {"onnx"}:
-            raise ValueError(
-                f"Expected a saved ONNX encoder (state 'onnx'), found {sorted(state_dict)[:5]}: was this "
-                "pipeline saved with a torch encoder but configured with an ONNX architecture?"
-            )
-        onnx_bytes = state_dict["onnx"].numpy().tobytes()
-        check_digest(state_dict, (onnx_bytes,), "ONNX")
-        self.onnx_bytes = onnx_bytes
+        (self.onnx_bytes,) = checked_states(state_dict, ("onnx",), "ONNX")
         self._session = None
 
     def __getstate__(self):

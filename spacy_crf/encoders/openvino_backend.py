@@ -42,9 +42,17 @@ from thinc.api import Model
 from .._compat import hf_shim_state, pipeline_nodes
 from ..hardware import has_int8_dot_products
 from .onnx_backend import EXPORTABLE_ARCHS, OnnxHFShim, set_exported_transformer
-from .onnx_graph import DIGEST, OnnxEncoder, check_digest, check_quantize, digest_state, export_onnx, require
+from .onnx_graph import DIGEST, OnnxEncoder, check_quantize, checked_states, digest_state, export_onnx, require
 from .quantize import QuantizedHFShim
-from .swap import build_tok2vec_transformer, build_transformer_model, check_cpu, plan_swap, rewrite_blocks, swap_hf_shim
+from .swap import (
+    SavedEncoderError,
+    build_tok2vec_transformer,
+    build_transformer_model,
+    check_cpu,
+    plan_swap,
+    rewrite_blocks,
+    swap_hf_shim,
+)
 
 __all__ = [
     "OPENVINO_ARCH",
@@ -166,20 +174,14 @@ class OpenVINOEncoder(OnnxEncoder):
         }
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        if set(state_dict) - {DIGEST} != {"openvino_xml", "openvino_weights"}:
-            raise ValueError(
-                f"Expected a saved OpenVINO encoder (states 'openvino_xml', 'openvino_weights'), found "
-                f"{sorted(state_dict)[:5]}: was this pipeline saved with another encoder but configured with "
-                "an OpenVINO architecture?"
-            )
-        ir = (state_dict["openvino_xml"].numpy().tobytes(), state_dict["openvino_weights"].numpy().tobytes())
-        if DIGEST in state_dict:  # the very bytes that were exported (and parsed) then
-            check_digest(state_dict, ir, "OpenVINO")
-        else:  # saved before digests: parsing (milliseconds) checks the XML and the weights' ranges
+        xml, weights = checked_states(state_dict, ("openvino_xml", "openvino_weights"), "OpenVINO")
+        ir = (xml, weights)
+        # saved before digests: parsing (milliseconds) checks the XML and the weights' ranges
+        if DIGEST not in state_dict:
             try:
                 _openvino().Core().read_model(*ir)
             except RuntimeError as e:
-                raise ValueError(
+                raise SavedEncoderError(
                     f"The saved OpenVINO encoder is damaged ({len(ir[0]):,} bytes of XML, {len(ir[1]):,} of weights): "
                     f"{str(e).strip().splitlines()[-1][:200]}"
                 ) from None
@@ -221,6 +223,7 @@ class OpenVINOHFShim(OnnxHFShim):
     shim is made (not kept)."""
 
     runtime = "OpenVINO"
+    runtime_module = "openvino"
     export_function = "spacy_crf.encoders.openvino_backend.export_openvino"
     kind = "OpenVINO"
 

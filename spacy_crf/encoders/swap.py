@@ -4,10 +4,12 @@ their shim's base (:class:`InferenceOnlyShim`: no training, CPU only),
 putting their shim in place of the ``HFShim`` of a spacy-transformers
 ``TransformerModel``, building the stock architectures with that shim, and
 finding and rewriting the config blocks of a pipeline's transformers, so
-that ``nlp.to_disk`` / ``spacy.load`` rebuild the swapped encoder.
+that ``nlp.to_disk`` / ``spacy.load`` rebuild the swapped encoder, and the
+load errors that name the file of such an encoder (:func:`load_from_disk`).
 """
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple, Type
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple, Type
 
 import torch
 from spacy.language import Language
@@ -16,7 +18,13 @@ from spacy_transformers.layers import TransformerModel
 from spacy_transformers.layers.hf_shim import HFShim
 from thinc.api import Model, get_torch_default_device
 
-from .._compat import hf_shim_state, pipeline_nodes, set_grad_scaler, stock_replace_listener_cfg
+from .._compat import (
+    hf_shim_state,
+    pipeline_nodes,
+    set_grad_scaler,
+    stock_replace_listener_cfg,
+    wrap_transformer_from_disk,
+)
 from ..ml import fast_align
 
 Block = Tuple[Tuple[str, ...], Dict[str, Any]]  # (path in the config, block)
@@ -37,6 +45,11 @@ def check_cpu(what: str, kind: str) -> None:
             f"{what}: {kind} encoders run on CPU only, but the default torch device is {device}. "
             f"Load {kind} pipelines without spacy.require_gpu()/prefer_gpu()."
         )
+
+
+class SavedEncoderError(ValueError):
+    """A saved inference-only encoder that cannot be loaded; the message
+    says why (damaged, or saved by another kind of encoder)."""
 
 
 class InferenceOnlyShim(HFShim):
@@ -80,6 +93,36 @@ class InferenceOnlyShim(HFShim):
     def from_bytes(self, bytes_data):
         check_cpu(f"Loading a transformer that {self.description()}", self.kind)
         return super().from_bytes(bytes_data)
+
+
+def load_from_disk(stock_from_disk: Callable, component, path, exclude: Iterable[str]):
+    """``Transformer.from_disk`` for a transformer whose encoder is
+    inference-only (the others load as spacy-transformers loads them): a
+    missing, truncated or damaged ``model`` file is a one-line ``ValueError``
+    naming the file, not msgpack's "Unpack failed" or a bare
+    ``FileNotFoundError``."""
+    model = component.model
+    shim = model.layers[0].shims[0] if isinstance(model, TransformerModel) and model.layers[0].shims else None
+    if not isinstance(shim, InferenceOnlyShim) or "model" in exclude:
+        return stock_from_disk(component, path, exclude=exclude)
+    model_file = Path(path) / "model"
+    what = f"Cannot load the {shim.kind} encoder of component {component.name!r} from {str(model_file)!r}"
+    if not model_file.is_file():
+        raise ValueError(f"{what}: the file is missing. Copy or reinstall the pipeline again.")
+    stock_from_disk(component, path, exclude=[*exclude, "model"])
+    try:
+        model.from_bytes(model_file.read_bytes())  # what spacy-transformers' own from_disk does
+    except ImportError:  # a runtime to install: its message says which
+        raise
+    except SavedEncoderError as e:
+        raise ValueError(f"{what}: {e}") from None
+    except Exception as e:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+        raise ValueError(
+            f"{what}: the file is truncated or damaged ({reason}). "
+            "Copy or reinstall the pipeline again."
+        ) from None
+    return component
 
 
 def swap_hf_shim(
@@ -130,8 +173,10 @@ def build_transformer_model(
     grad_scaler_config,
     install: Callable[[TransformerModel], None],
 ) -> Model:
-    """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to it."""
+    """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to
+    it; its ``transformer`` component names the file in load errors."""
     fast_align.install()
+    wrap_transformer_from_disk(load_from_disk)
     model = create_TransformerModel_v3(
         name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
     )
