@@ -16,7 +16,7 @@ from spacy.util import fix_random_seed, raise_error
 
 from spacy_crf.annotate import AnnotateError, annotate, read_output
 from spacy_crf.batching import pipe_sorted
-from spacy_crf.pipeline.user_dict import UserDictConflict, read_user_dict
+from spacy_crf.pipeline.user_dict import UserDictConflict, UserEntry, read_user_dict
 
 SEG_WORDS = WORDS + [["李四", "住", "广州"], ["上海", "很", "大"], ["去", "北京"]]
 
@@ -432,3 +432,80 @@ def test_annotate_writes_one_error_per_conflicting_record_and_annotates_the_rest
     assert "doc '上海市长来了'" in errors[0]["reason"] and "doc '上海市长'" in errors[1]["reason"]
     with pytest.raises(AnnotateError, match=r"in.txt, line 2: \[segmenter\] the forced user words '上海市'"):
         annotate(str(tmp_path / "p"), str(tmp_path / "in.txt"), str(tmp_path / "out2"), progress=False)
+
+
+# --- entries refused when they are added, saves that are whole or absent ------------------------
+
+
+def test_entries_that_could_not_be_saved_or_matched_are_refused_when_added(nlp, ner):
+    segmenter = nlp.get_pipe("segmenter")
+    tagger = ner.get_pipe("ner")
+    with pytest.raises(
+        ValueError,
+        match=r"^\[segmenter\] add_user_words: the user word '大\\ud800' is not valid Unicode: "
+        r"a lone surrogate '\\ud800' at character 1\.$",
+    ):
+        segmenter.add_user_words(["中国", "大\ud800"])
+    with pytest.raises(ValueError, match=r"the user entity '\\udfff广州' is not valid Unicode"):
+        tagger.add_user_entities([("\udfff广州", "LOC")])
+    with pytest.raises(ValueError, match=r"the user word '大大大大.*'\.\.\. has 101 characters, more than the 100"):
+        segmenter.add_user_words(["大" * 101])
+    assert len(segmenter.user_dict) == 0 and len(tagger.user_dict) == 0
+
+
+def test_a_gazetteer_label_the_tagger_will_not_have_is_refused_when_added_or_at_initialize(tmp_path):
+    nlp = spacy.blank("zh")
+    tagger = nlp.add_pipe("crf_ner", name="ner", config={"model": crf_model_config()})
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    with pytest.raises(ValueError, match=r"^\[ner\] the user entity '广州大学' \(ORG\) \(add_user_entities\): the "
+                       r"tagger has no labels yet, so the label cannot be checked\. .*after nlp\.initialize\(\)"):  # fmt: skip
+        tagger.add_user_entities([("广州大学", "ORG")])
+    assert len(tagger.user_dict) == 0
+    tagger.add_label("ORG")
+    tagger.add_user_entities([("广州大学", "ORG")])  # a label it has: taken
+    with pytest.raises(ValueError, match=r"'广州大学' \(ORG\) \(add_user_entities\) has a label this tagger does not "
+                       r"predict; its labels are \['LOC', 'PER'\]"):  # fmt: skip
+        tagger.initialize(lambda: examples, nlp=nlp, labels=["LOC", "PER"])  # the labels no longer hold it
+    # the file form: read when the pipe is made, before any label; refused at initialize, naming the line
+    (tmp_path / "ents.txt").write_text("广州\tLOC\n广州大学\tORG\n", encoding="utf8")
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_ner", name="ner", config={"model": crf_model_config(), "user_dict": str(tmp_path / "ents.txt")})
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    with pytest.raises(ValueError, match=r"'广州大学' \(ORG\) \(user dictionary '.*ents.txt', line 2\) has a label"):
+        nlp.initialize(lambda: examples)
+
+
+def test_a_save_that_fails_leaves_the_components_folder_as_it_was_or_absent(nlp, tmp_path):
+    segmenter = nlp.get_pipe("segmenter")
+    segmenter.add_user_words(["中国"])
+    nlp.to_disk(tmp_path / "p")
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "p" / "segmenter").iterdir()}
+    # an entry put in past the checks of add_user_words (they refuse it): the save is refused, in one line
+    segmenter.user_dict._update([UserEntry("大\ud800", None, "force", 0.0, "by hand", True)])
+    for path in (tmp_path / "p", tmp_path / "q"):
+        with pytest.raises(
+            ValueError, match=r"^\[segmenter\] cannot save the user dictionary: the user entry '大\\ud800' is not valid"
+        ):
+            nlp.to_disk(path)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "p" / "segmenter").iterdir()} == saved  # as it was
+    assert [e.text for e in spacy.load(tmp_path / "p").get_pipe("segmenter").user_dict] == ["中国"]
+    assert not (tmp_path / "q" / "segmenter").exists()  # absent, not half written
+    assert not [p for p in (tmp_path / "q").iterdir() if p.name.startswith(".")]
+    with pytest.raises(ValueError, match=r"\[segmenter\] cannot load .*'cfg' file is missing"):
+        spacy.load(tmp_path / "q")  # loud, not a pipeline without its user words
+    # what a save leaves out is kept from the folder there was
+    segmenter.user_dict.clear()
+    segmenter.to_disk(tmp_path / "p" / "segmenter", exclude=["user_dict"])
+    assert (tmp_path / "p" / "segmenter" / "user_dict").read_bytes() == saved["user_dict"]
+
+
+def test_a_too_long_word_in_a_dictionary_file_is_refused_naming_the_file_and_line(nlp, tmp_path):
+    nlp.to_disk(tmp_path / "seg")
+    words_file = tmp_path / "words.txt"
+    words_file.write_text("中国\n" + "大" * 1_000_000 + "\n", encoding="utf8")
+    with pytest.raises(
+        ValueError,
+        match=r"^\[segmenter\] user dictionary '.*words.txt', line 2: the user word '大大大.*'\.\.\. has "
+        r"1,000,000 characters, more than the 100 an entry may have\.$",
+    ):
+        spacy.load(tmp_path / "seg", config={"components": {"segmenter": {"user_dict": str(words_file)}}})

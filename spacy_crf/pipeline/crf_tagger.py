@@ -80,7 +80,7 @@ from .span_arrays import write_words
 from .trainable_head import TrainableHead
 
 
-class CRFTagger(_user_dict.UserDictMethods, TrainableHead):
+class CRFTagger(_decoding.UserDictMethods, TrainableHead):
     """Label token sequences with a linear-chain CRF over token features."""
 
     nonfinite_causes = (
@@ -357,6 +357,7 @@ class CRFTagger(_user_dict.UserDictMethods, TrainableHead):
                 f"[{self.name}] scheme {self.scheme!r} found no {what} in the "
                 "training examples and no labels were given."
             )
+        _user_dict.check_entity_labels(self)  # a user entity whose label the tagger will not have
         n_tags = len(tags)
         for ref in ("emissions", "crf"):
             if self.model.has_ref(ref):

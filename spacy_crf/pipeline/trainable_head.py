@@ -9,12 +9,14 @@ A head adds its own files through :meth:`TrainableHead._extra_files` /
 :meth:`TrainableHead._is_initialized`.
 """
 
+import shutil
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Tuple, Union
 
 from spacy.pipeline import TrainablePipe
 from spacy.util import ensure_path
 
+from ..files import atomic_dir
 from . import load_checks
 from .guarded_update import GuardedUpdate
 
@@ -54,13 +56,25 @@ class TrainableHead(GuardedUpdate, TrainablePipe):
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
         """Save cfg, vocab and weights as spaCy's pipes do, with the outputs the
         weights score (labels or tags, in order), checked at load
-        (:func:`~.load_checks.save_to_disk`), and the head's further files."""
+        (:func:`~.load_checks.save_to_disk`), and the head's further files.
+
+        The directory is written whole or not at all: it is built beside
+        ``path`` and put in its place once every file is written (an error
+        on the way leaves ``path`` as it was). What ``exclude`` leaves out
+        is kept from the directory there was."""
         self._validate_serialization_attrs()
         extra = {
             name: (lambda p, text=text: p.write_text(text(), encoding="utf8"))
             for name, text in self._extra_files().items()
         }
-        load_checks.save_to_disk(self, ensure_path(path), exclude, extra)
+        path = Path(path)
+        with atomic_dir(path) as tmp:
+            load_checks.save_to_disk(self, tmp, exclude, extra)
+            for name in exclude:
+                for kept in (name, load_checks.DIGEST_KEY) if name == "model" else (name,):
+                    if (path / kept).exists() and not (tmp / kept).exists():
+                        copy = shutil.copytree if (path / kept).is_dir() else shutil.copy2
+                        copy(path / kept, tmp / kept)
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         """:meth:`to_disk` as bytes."""

@@ -31,7 +31,11 @@ text. Forced occurrences are resolved per doc, deterministically:
   the doc (set by hand or by an ``entity_ruler``); a segmenter with
   ``respect_ents`` drops a forced occurrence that an entity boundary cuts,
   as that setting promises that no word crosses an entity;
-* whitespace is never inside an entry (refused when it is added).
+* whitespace is never inside an entry (refused when it is added, as are a
+  lone surrogate, an entry over 100 characters, and an entity label the
+  tagger does not have or has not yet: each in one line naming the entry,
+  and a file's line; ``initialize`` refuses an entry whose label its labels
+  leave out).
 
 Entries added through the API are saved with the pipe (the file
 ``user_dict`` beside ``cfg``). The factory setting ``user_dict`` names a file
@@ -160,8 +164,16 @@ def _mode_weight(pipe, mode: str, weight: Optional[float], where: str) -> float:
 
 
 def _check_text(pipe, text, what: str, where: str, min_length: int) -> str:
+    from ..ml.lexicon_match import MAX_WORD_LENGTH  # (the tools import this module: no matcher until needed)
+
     if not isinstance(text, str):
         raise ValueError(f"[{pipe.name}] {where}: a user {what} must be a string, got {text!r}.")
+    if len(text) > MAX_WORD_LENGTH:
+        raise ValueError(
+            f"[{pipe.name}] {where}: the user {what} {text[:20]!r}... has {len(text):,} characters, more than "
+            f"the {MAX_WORD_LENGTH} an entry may have."
+        )
+    _check_unicode(pipe, text, f"the user {what} {text!r}", where)
     if any(ch.isspace() for ch in text):
         raise ValueError(
             f"[{pipe.name}] {where}: the user {what} {text!r} contains whitespace, which is never inside a {what}."
@@ -176,8 +188,25 @@ def _check_text(pipe, text, what: str, where: str, min_length: int) -> str:
     return text
 
 
+def _check_unicode(pipe, text: str, what: str, where: str) -> None:
+    """A lone surrogate (``"\\ud800"``) cannot be saved as UTF-8, nor match any text."""
+    try:
+        text.encode("utf8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"[{pipe.name}] {where}: {what} is not valid Unicode: a lone surrogate {text[e.start]!r} at "
+            f"character {e.start}."
+        ) from None
+
+
 def _check_label(pipe, entry: UserEntry) -> None:
-    if pipe.labels and entry.label not in pipe.labels:
+    if not pipe.labels:
+        raise ValueError(
+            f"[{pipe.name}] the user entity {entry.describe()} ({entry.source}): the tagger has no labels yet, "
+            "so the label cannot be checked. Add user entities once the labels are known: after "
+            "nlp.initialize() or add_label, or in a trained pipeline."
+        )
+    if entry.label not in pipe.labels:
         raise ValueError(
             f"[{pipe.name}] the user entity {entry.describe()} ({entry.source}) has a label this tagger does not "
             f"predict; its labels are {list(pipe.labels)}. Use one of them, or set the entity with an "
@@ -243,30 +272,6 @@ def add_entities(
         _check_label(pipe, entry)
     pipe.user_dict._update(entries)
     return len(entries)
-
-
-class UserDictMethods:
-    """The user-dictionary methods of :class:`~spacy_crf.pipeline.crf_tagger.CRFTagger`."""
-
-    def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
-        """Add user words to a ``bmes`` segmenter, without retraining
-        (:mod:`spacy_crf.pipeline.user_dict`). ``mode="force"``: every occurrence is
-        decoded as exactly one word; ``"prior"``: each occurrence adds
-        ``weight`` (default 1) to its B/M/E emission scores, on top of the
-        lexicon's. A word added again is replaced; ``self.user_dict`` holds
-        them (``.remove(words)``, ``.clear()``). Saved with the pipe.
-        Returns the number of words given."""
-        return add_words(self, words, mode, weight)
-
-    def add_user_entities(
-        self, entities: Iterable[Tuple[str, str]], *, mode: str = "force", weight: Optional[float] = None
-    ) -> int:
-        """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
-        tagger, without retraining: ``mode="force"`` decodes every occurrence
-        as that entity (as a preset entity), ``"prior"`` adds ``weight``
-        (default 1) to the emission scores of its tags. The label must be one
-        of the tagger's. Otherwise as :meth:`add_user_words`."""
-        return add_entities(self, entities, mode, weight)
 
 
 def read_user_dict(path: Union[str, Path], scheme: str) -> List[Tuple[str, Optional[str], str, Optional[float], str]]:
@@ -344,11 +349,23 @@ def add_from_file(pipe, path: Union[str, Path]) -> int:
     return len(entries)
 
 
+def check_entity_labels(pipe) -> None:
+    """Each user entity's label is one of the tagger's (``initialize``, once
+    the labels are set: entries added before, or read from the setting)."""
+    if pipe.scheme in ("bio", "bioes"):
+        for entry in pipe.user_dict:
+            _check_label(pipe, entry)
+
+
 # --- serialization -----------------------------------------------------------------------
 
 
 def to_json(pipe) -> str:
-    return srsly.json_dumps(pipe.user_dict._to_list())
+    entries = pipe.user_dict._to_list()
+    for text, label, _, _ in entries:  # (added checked: this is for entries put in by other means)
+        for value in (text, label or ""):
+            _check_unicode(pipe, value, f"the user entry {text!r}", "cannot save the user dictionary")
+    return srsly.json_dumps(entries)
 
 
 def _load(pipe, data, where: str) -> None:

@@ -2,9 +2,10 @@
 entries occur in a doc, the prior they add to the emission scores
 (:func:`add_prior`) and the tags their forced occurrences allow
 (:func:`constrain`), resolved as that module's docstring says; and a batch
-that failed (a conflict), decoded again doc by doc (:func:`annotate_each`)."""
+that failed (a conflict), decoded again doc by doc (:func:`annotate_each`);
+and the tagger's methods that add entries (:class:`UserDictMethods`)."""
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -13,7 +14,31 @@ from ..doc_keys import doc_source
 from ..ml.schemes import position_tag
 from .forced_tags import preset_entity_tokens
 from .lexicon import Lexicon
-from .user_dict import MODES, UserDict, UserDictConflict, UserEntry, _check_label
+from .user_dict import MODES, UserDict, UserDictConflict, UserEntry, _check_label, add_entities, add_words
+
+
+class UserDictMethods:
+    """The user-dictionary methods of :class:`~spacy_crf.pipeline.crf_tagger.CRFTagger`."""
+
+    def add_user_words(self, words: Iterable[str], *, mode: str = "force", weight: Optional[float] = None) -> int:
+        """Add user words to a ``bmes`` segmenter, without retraining
+        (:mod:`spacy_crf.pipeline.user_dict`). ``mode="force"``: every occurrence is
+        decoded as exactly one word; ``"prior"``: each occurrence adds
+        ``weight`` (default 1) to its B/M/E emission scores, on top of the
+        lexicon's. A word added again is replaced; ``self.user_dict`` holds
+        them (``.remove(words)``, ``.clear()``). Saved with the pipe.
+        Returns the number of words given."""
+        return add_words(self, words, mode, weight)
+
+    def add_user_entities(
+        self, entities: Iterable[Tuple[str, str]], *, mode: str = "force", weight: Optional[float] = None
+    ) -> int:
+        """Add ``(text, label)`` gazetteer entries to a ``bio``/``bioes``
+        tagger, without retraining: ``mode="force"`` decodes every occurrence
+        as that entity (as a preset entity), ``"prior"`` adds ``weight``
+        (default 1) to the emission scores of its tags. The label must be one
+        of the tagger's. Otherwise as :meth:`add_user_words`."""
+        return add_entities(self, entities, mode, weight)
 
 
 class _Matchers(NamedTuple):
