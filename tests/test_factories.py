@@ -119,3 +119,65 @@ def test_a_pipeline_saved_before_the_new_settings_still_loads(tmp_path):
     assert loaded.get_pipe("segmenter").cfg["respect_ents"] is False
     doc = loaded("张三去上海")
     assert "".join(s.text for s in doc.spans["words"]) == "张三去上海"
+
+
+@pytest.fixture(scope="module")
+def saved_heads(tmp_path_factory):
+    """A segmenter and a span_ner saved with the default settings."""
+    from _configs import SMALL_TOK2VEC
+    from spacy.tokens import Doc
+    from spacy.training import Example
+
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("crf_segmenter", name="segmenter", config={"model": crf_model_config()})
+    span_model = {"@architectures": "spacy_crf.SpanPointer.v1", "width": 16, "tok2vec": dict(SMALL_TOK2VEC)}
+    nlp.add_pipe("span_ner", name="spans", config={"model": span_model})
+    examples = []
+    for words, ents in [(["张三", "去", "上海"], ["B-PER", "O", "B-LOC"]), (["我", "在", "北京"], ["O", "O", "B-LOC"])]:
+        ref = Doc(nlp.vocab, words=words, spaces=[False] * len(words), ents=ents)
+        examples.append(Example(nlp.make_doc(ref.text), ref))
+    nlp.initialize(lambda: examples)
+    path = tmp_path_factory.mktemp("heads") / "nlp"
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "component,setting,value",
+    [
+        ("segmenter", "max_batch_items", 7),
+        ("segmenter", "respect_ents", True),
+        ("segmenter", "spans_key", "my_words"),
+        ("segmenter", "on_nonfinite", "skip"),
+        ("segmenter", "constrain_training", False),
+        ("spans", "threshold", 1e9),
+        ("spans", "max_length", 1),
+        ("spans", "spans_key", "mine"),
+        ("spans", "on_nonfinite", "skip"),
+    ],
+)
+def test_a_setting_given_at_load_is_the_one_the_loaded_pipe_uses(saved_heads, component, setting, value):
+    from spacy.tokens import Span
+
+    saved = spacy.load(saved_heads).get_pipe(component).cfg[setting]
+    assert saved != value
+    nlp = spacy.load(saved_heads, config={"components": {component: {setting: value}}})
+    pipe = nlp.get_pipe(component)
+    assert pipe.cfg[setting] == value and nlp.config["components"][component][setting] == value
+    assert pipe.labels == spacy.load(saved_heads).get_pipe(component).labels  # the rest comes from the save
+    doc = nlp.make_doc("张三去上海")
+    if setting == "respect_ents":
+        doc.set_ents([Span(doc, 1, 3, label="PER")])
+        assert pipe.tag_mask(doc) is not None  # the entity's boundaries are forced
+    elif setting == "spans_key":
+        assert value in nlp(doc.text).spans
+    elif setting == "threshold":
+        assert len(nlp(doc.text).spans["sc"]) == 0
+    elif setting == "max_length":
+        pipe.cfg["threshold"] = -1e9  # every span it scores is predicted: none longer than one token
+        predicted = nlp(doc.text)
+        assert {len(span) for span in predicted.spans["sc"]} == {1}
+    # loading bytes into a pipe keeps that pipe's settings too
+    other = spacy.load(saved_heads, config={"components": {component: {setting: value}}})
+    other.get_pipe(component).from_bytes(spacy.load(saved_heads).get_pipe(component).to_bytes())
+    assert other.get_pipe(component).cfg[setting] == value

@@ -83,6 +83,7 @@ from .trainable_head import TrainableHead
 class CRFTagger(_decoding.UserDictMethods, TrainableHead):
     """Label token sequences with a linear-chain CRF over token features."""
 
+    config_settings = ("spans_key", "constrain_training", "max_batch_items", "on_nonfinite", "respect_ents")
     nonfinite_causes = (
         "a too large learning rate or CRF multiplier, no grad_clip, NaN features from an "
         "upstream encoder, or NaN weights"

@@ -116,11 +116,11 @@ def make_crf_tagger(
         token is B/S, its last E/S, the token before it E/S and the token
         after it B/S. The words then never cross an entity, so
         ``crf_merge_words`` has nothing to split (whitespace tokens are
-        outside words anyway). Default false (entities are ignored). The
-        value is also kept in the pipe's ``cfg``, which a saved pipeline
-        reloads: to switch it on a trained segmenter, set both
-        ``nlp.config["components"][NAME]["respect_ents"]`` and
-        ``nlp.get_pipe(NAME).cfg["respect_ents"]`` before saving.
+        outside words anyway). Default false (entities are ignored). As
+        every setting here but ``scheme``, the config gives it at load (its
+        ``config.cfg``, or ``spacy.load(path, config={"components": {NAME:
+        {"respect_ents": True}}})``), over the value saved in the pipe's
+        ``cfg``.
     user_dict: a user dictionary file read each time the pipe is created
         (:func:`spacy_crf.pipeline.user_dict.read_user_dict`: ``WORD [force|prior
         [WEIGHT]]`` lines for "bmes", ``TEXT LABEL [force|prior [WEIGHT]]``

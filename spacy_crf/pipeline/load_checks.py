@@ -286,7 +286,11 @@ def _load_cfg(pipe, cfg, where: str) -> None:
         raise ValueError(
             f"[{pipe.name}] cannot load {where}: its cfg has no 'labels' (the labels the weights were trained with)."
         )
+    # The settings the pipe was made with come from its config, with any
+    # override given at load: the user's, not replaced by the saved ones.
+    made_with = {key: pipe.cfg[key] for key in getattr(pipe, "config_settings", ()) if key in pipe.cfg}
     pipe.cfg.update(cfg)
+    pipe.cfg.update(made_with)
 
 
 def _check_lexicon_cfg(pipe, where: str) -> int:

@@ -55,6 +55,8 @@ MAX_SPANS_PER_TOKEN = 1
 class SpanNER(TrainableHead):
     """Entities, nested ones included, from a span-scoring (pointer) head."""
 
+    config_settings = ("spans_key", "max_length", "threshold", "on_nonfinite")
+
     def __init__(
         self,
         vocab: Vocab,

@@ -24,6 +24,11 @@ from .guarded_update import GuardedUpdate
 class TrainableHead(GuardedUpdate, TrainablePipe):
     """A ``TrainablePipe`` with the package's update guard and load checks."""
 
+    #: the ``cfg`` keys that are factory settings: loading keeps the values the
+    #: pipe was made with (its config, with any override given to ``spacy.load``)
+    #: over the saved ones, which bring the labels and what training set
+    config_settings: Tuple[str, ...] = ()
+
     # --- labels ---------------------------------------------------------------
 
     @property
