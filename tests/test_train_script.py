@@ -280,6 +280,16 @@ def test_the_log_goes_to_paths_train_log_where_the_config_has_it(inputs, monkeyp
     assert "--paths.train_log" not in srsly.read_json(inputs / "logged" / "train_meta.json")["recipe"]["overrides"]
 
 
+def test_a_config_with_a_char_tagger_path_gets_the_tagger_commands_folder(inputs, monkeypatch):
+    (inputs / "joint.cfg").write_text("[paths]\nchar_tagger = null\n\n[training]\nmax_steps = 10\n", encoding="utf8")
+    cmd = run_main(monkeypatch, argv("tagged", "--out", "root"))[0]
+    assert cmd[cmd.index("--paths.char_tagger") + 1] == str(train.Path("root") / "taggers" / "lac")
+    given = run_main(monkeypatch, argv("mine", "--out", "root", "--paths.char_tagger", "my/lac"))[0]
+    assert given[given.index("--paths.char_tagger") + 1] == "my/lac" and given.count("--paths.char_tagger") == 1
+    (inputs / "joint.cfg").write_text("[training]\nmax_steps = 10\n", encoding="utf8")
+    assert "--paths.char_tagger" not in run_main(monkeypatch, argv("plain", "--out", "root"))[0]
+
+
 def test_the_recipe_is_the_same_from_the_study_project_folder(tmp_path, monkeypatch):
     # the study project runs compare from project/studies/ with ../ paths; its
     # --reuse must still find the ship project's run to have the same recipe

