@@ -293,3 +293,66 @@ def test_the_import_checks_its_paths_and_language(tmp_path):
     (tmp_path / "bad.json").write_text("[{", encoding="utf8")
     with pytest.raises(ReviewError, match="bad.json: not a JSON file"):
         import_review(tmp_path / "bad.json", tmp_path / "out.spacy", lang="zh")
+
+
+# --- other pipelines -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "drop, controls",
+    [
+        (["merge_words"], {"label", "word"}),
+        (["merge_words", "segmenter"], {"label"}),
+        (["merge_words", "ner"], {"word"}),
+    ],
+)
+def test_pipelines_without_the_merge_or_one_tagger_round_trip(pipeline_dir, tmp_path, drop, controls):
+    from spacy_crf.pipeline.span_arrays import word_char_bounds
+
+    nlp = spacy.load(pipeline_dir)
+    for name in drop:
+        nlp.remove_pipe(name)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n", encoding="utf8")
+    out = tmp_path / "review.json"
+    review_queue(nlp, corpus, out, n=len(TEXTS))
+    config = ET.fromstring(config_path(out).read_text(encoding="utf8"))
+    assert {c.get("name") for c in config.iter("Labels")} == controls
+    import_review(out, tmp_path / "reviewed.spacy", nlp=nlp)
+    imported = {d.text: d for d in DocBin().from_disk(tmp_path / "reviewed.spacy").get_docs(nlp.vocab)}
+    cut_words = 0
+    for doc in nlp.pipe(TEXTS):
+        got = imported[doc.text]
+        assert [(e.start_char, e.end_char, e.label_) for e in got.ents] == [
+            (e.start_char, e.end_char, e.label_) for e in doc.ents
+        ]
+        tokens = [(t.idx, t.idx + len(t)) for t in got if not t.is_space]
+        if "segmenter" in drop:
+            assert tokens == [(t.idx, t.idx + len(t)) for t in doc if not t.is_space]  # characters
+            continue
+        words = word_char_bounds(doc, doc.spans["words"])
+        # the segmenter's words, cut only where an entity starts or ends inside one
+        inner = {x for e in doc.ents for x in (e.start_char, e.end_char) if any(s < x < t for s, t in words)}
+        cut_words += bool(inner)
+        assert {s for s, _ in tokens} == {s for s, _ in words} | inner
+        assert {e for _, e in tokens} == {e for _, e in words} | inner
+    assert cut_words or drop != ["merge_words"]  # some word was cut at an entity edge
+
+
+def test_entity_scores_are_annotate_confidence_over_a_shared_transformer(tiny_bert_dir):
+    from conftest import tiny_ner_pipeline
+
+    from spacy_crf.annotate.records import CONFIDENCE_KEY, add_confidence
+
+    nlp, examples = tiny_ner_pipeline(tiny_bert_dir)
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    texts = [eg.reference.text for eg in examples] + ["张三在北京", "李四去上海工作"]
+    scored = list(score_docs(nlp, enumerate(texts), batch_size=2))
+    add_confidence(nlp)
+    assert sum(len(item.ents) for item in scored) > 0
+    for item, doc in zip(scored, nlp.pipe(texts, batch_size=2)):
+        assert item.words is None
+        expected = [(s, e, label, c) for s, e, label, c in doc.user_data[CONFIDENCE_KEY]]
+        assert [(s, e, label, round(c, 4)) for s, e, label, c in item.ents] == expected
