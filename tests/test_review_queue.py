@@ -132,6 +132,10 @@ def test_a_spacy_file_and_the_command_line(pipeline_dir, nlp, tmp_path):
     assert result.exit_code == 2
     result = runner.invoke(app, ["review-queue", str(pipeline_dir), str(tmp_path / "dev.spacy"), str(out), "--n", "0"])
     assert result.exit_code == 2 and "--n" in result.output
+    result = runner.invoke(app, ["review-queue", str(pipeline_dir), str(tmp_path / "missing.txt"), str(out)])
+    assert result.exit_code == 1 and "missing.txt is not a file" in " ".join(result.output.split())
+    result = runner.invoke(app, ["import-review", str(pipeline_dir / "meta.json"), str(reviewed)])
+    assert result.exit_code == 1 and "meta.json: expected a list of tasks" in " ".join(result.output.split())
 
 
 def test_the_review_queue_refuses_bad_input_before_any_work(pipeline_dir, tmp_path):
@@ -147,6 +151,9 @@ def test_the_review_queue_refuses_bad_input_before_any_work(pipeline_dir, tmp_pa
     blank = spacy.blank("zh")
     with pytest.raises(ReviewError, match="needs a crf_tagger"):
         review_queue(blank, corpus, tmp_path / "review.json")
+    (tmp_path / "empty.txt").write_text("", encoding="utf8")
+    with pytest.raises(ReviewError, match="empty.txt holds no document"):
+        review_queue(pipeline_dir, tmp_path / "empty.txt", tmp_path / "review.json")
     (tmp_path / "bad.jsonl").write_text('{"text": "好"}\nnot json\n', encoding="utf8")
     with pytest.raises(ReviewError, match=r"bad.jsonl:2: invalid JSON"):
         review_queue(pipeline_dir, tmp_path / "bad.jsonl", tmp_path / "review.json")

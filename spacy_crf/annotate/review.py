@@ -344,6 +344,8 @@ def review_queue(
             yield item
 
     chosen = least_confident(counting(score_docs(nlp, read_texts(inp), batch_size=batch_size)), n)
+    if not counted["docs"]:
+        raise ReviewError(f"input {inp} holds no document")
     labels = set(nlp.get_pipe(ner).labels) if ner else set()  # type: ignore[attr-defined]
     labels |= {label for item in chosen for _, _, label, _ in item.ents}
     write_text_atomic(config_path(out), label_config(sorted(labels), seg is not None))
