@@ -162,6 +162,63 @@ def tiny_bert_dir(tmp_path_factory):
     return path
 
 
+TAGGER_CHARS = [" ", "张", "三", "去", "上", "海", "A", "北", "京", "OOV"]
+TAGGER_TAGS = ["PER-B", "PER-I", "LOC-B", "LOC-I", "O"]
+TAGGER_HIDDEN = 3
+
+
+def tiny_tagger(seed: int = 0):
+    """A random character tagger (spacy_crf.ml.char_tagger) of the same interface as LAC's graph (no context: each
+    character's rows depend on its id only), with one dead emission column."""
+    from onnx import TensorProto, helper
+
+    from spacy_crf.ml.char_tagger import CharTagger
+
+    rng = numpy.random.default_rng(seed)
+    V, E, K = len(TAGGER_CHARS), 4, len(TAGGER_TAGS) + 1
+
+    def const(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.normal(size=shape).astype("f").ravel())
+
+    nodes = [
+        helper.make_node("Gather", ["emb", "token_ids"], ["x"]),
+        helper.make_node("MatMul", ["x", "wh"], ["h0"]),
+        helper.make_node("Tanh", ["h0"], ["hidden"]),
+        helper.make_node("MatMul", ["hidden", "wo"], ["e0"]),
+        helper.make_node("Add", ["e0", "bo"], ["emissions"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_tagger",
+        [
+            helper.make_tensor_value_info("token_ids", TensorProto.INT64, ["b", "t"]),
+            helper.make_tensor_value_info("length", TensorProto.INT64, ["b"]),
+        ],
+        [
+            helper.make_tensor_value_info("emissions", TensorProto.FLOAT, ["b", "t", K]),
+            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["b", "t", TAGGER_HIDDEN]),
+        ],
+        [const("emb", [V, E]), const("wh", [E, TAGGER_HIDDEN]), const("wo", [TAGGER_HIDDEN, K]), const("bo", [K])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    transitions = rng.normal(size=(len(TAGGER_TAGS), len(TAGGER_TAGS))).astype("f")
+    meta = {"name": "tiny", "licence": "MIT"}
+    return CharTagger(
+        model.SerializeToString(), TAGGER_CHARS, TAGGER_CHARS.index("OOV"), TAGGER_TAGS, transitions, {"Ａ": "A"}, meta
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_tagger_dir(tmp_path_factory):
+    """:func:`tiny_tagger`'s folder, as `spacy crf extract-tagger` writes one."""
+    from spacy_crf.ml.tagger_folder import write_char_tagger
+
+    path = tmp_path_factory.mktemp("tiny_tagger") / "tagger"
+    write_char_tagger(tiny_tagger(), path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """One local Ray instance (2 CPUs) for the whole test session, shared by

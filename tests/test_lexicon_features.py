@@ -362,7 +362,7 @@ def test_the_benchmark_reports_the_share_of_the_features(tmp_path, capsys, monke
 # --- configs/joint.cfg switched on by overrides ------------------------------------------
 
 
-def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tiny_bert_dir, tmp_path):
+def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tiny_bert_dir, tiny_tagger_dir, tmp_path):
     from spacy.cli.train import train
     from spacy.tokens import DocBin
 
@@ -383,6 +383,7 @@ def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tin
         **corpus,
         "paths.encoder": str(tiny_bert_dir),
         "paths.lexicon_features": str(_dictionary(tmp_path)),
+        "paths.char_tagger": str(tiny_tagger_dir),
         "components.segmenter.model.lexicon_width": 8,
         "components.crf_ner.model.lexicon_width": 8,
         "training.max_steps": 3,
@@ -401,6 +402,10 @@ def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tin
     assert shipped["components"]["segmenter"]["model"]["lexicon_width"] == 32  # the recipe's (the ablation's)
     assert shipped["components"]["crf_ner"]["model"]["lexicon_width"] == 32
     assert shipped["paths"]["lexicon_features"] is None  # a run must name its dictionary
+    assert shipped["paths"]["char_tagger"] is None  # and its tagger
+    for name in ("segmenter", "crf_ner"):  # the recipe's (the tagger ablation's)
+        assert shipped["components"][name]["model"]["tagger_features"]["outputs"] == ["marginals"]
+        assert trained.get_pipe(name).model.get_ref("tagger_features").attrs["char_tagger"].meta["name"] == "tiny"
 
 
 def test_the_prior_reads_its_occurrences_from_the_features_dictionary_when_it_holds_every_word(monkeypatch):

@@ -184,6 +184,7 @@ def test_train_joint_runs_the_shipped_config_as_it_is(tmp_path, monkeypatch):
     assert sorted(options) == [
         "--gpu-id",
         "--output",
+        "--paths.char_tagger",
         "--paths.dev_ents",
         "--paths.dev_words",
         "--paths.encoder",
@@ -193,6 +194,7 @@ def test_train_joint_runs_the_shipped_config_as_it_is(tmp_path, monkeypatch):
         "--paths.train_words",
     ]
     assert options["--paths.train_log"] == str(tmp_path / "training" / "joint" / "train_log.jsonl")
+    assert options["--paths.char_tagger"] == str(tmp_path / "taggers" / "lac")  # the tagger command's folder
 
 
 def _smoke_vars():

@@ -8,7 +8,10 @@ import numpy
 import pytest
 import spacy
 from _configs import NER_DATA, crf_model_config
-from onnx import TensorProto, helper
+from conftest import TAGGER_CHARS as CHARS
+from conftest import TAGGER_HIDDEN as HIDDEN
+from conftest import TAGGER_TAGS as TAGS
+from conftest import tiny_tagger
 from spacy.tokens import Doc
 from spacy.training import Example
 
@@ -17,46 +20,6 @@ from spacy_crf.ml.char_tagger import CharTagger
 from spacy_crf.ml.tagger_features import PROJECTION_W, REF, TaggerFeatures, tagger_of, token_features
 from spacy_crf.ml.tagger_folder import read_char_tagger, write_char_tagger
 from spacy_crf.training.optimizers import grouped_adam
-
-CHARS = [" ", "张", "三", "去", "上", "海", "A", "北", "京", "OOV"]
-TAGS = ["PER-B", "PER-I", "LOC-B", "LOC-I", "O"]
-HIDDEN = 3
-
-
-def tiny_tagger(seed: int = 0) -> CharTagger:
-    """A random tagger of the same interface as LAC's graph (no context: each
-    character's rows depend on its id only), with one dead emission column."""
-    rng = numpy.random.default_rng(seed)
-    V, E, K = len(CHARS), 4, len(TAGS) + 1
-
-    def const(name, shape):
-        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.normal(size=shape).astype("f").ravel())
-
-    nodes = [
-        helper.make_node("Gather", ["emb", "token_ids"], ["x"]),
-        helper.make_node("MatMul", ["x", "wh"], ["h0"]),
-        helper.make_node("Tanh", ["h0"], ["hidden"]),
-        helper.make_node("MatMul", ["hidden", "wo"], ["e0"]),
-        helper.make_node("Add", ["e0", "bo"], ["emissions"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny_tagger",
-        [
-            helper.make_tensor_value_info("token_ids", TensorProto.INT64, ["b", "t"]),
-            helper.make_tensor_value_info("length", TensorProto.INT64, ["b"]),
-        ],
-        [
-            helper.make_tensor_value_info("emissions", TensorProto.FLOAT, ["b", "t", K]),
-            helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["b", "t", HIDDEN]),
-        ],
-        [const("emb", [V, E]), const("wh", [E, HIDDEN]), const("wo", [HIDDEN, K]), const("bo", [K])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    transitions = rng.normal(size=(len(TAGS), len(TAGS))).astype("f")
-    meta = {"name": "tiny", "licence": "MIT"}
-    return CharTagger(model.SerializeToString(), CHARS, CHARS.index("OOV"), TAGS, transitions, {"Ａ": "A"}, meta)
 
 
 @pytest.fixture(scope="module")
