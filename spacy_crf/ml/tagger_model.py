@@ -369,12 +369,20 @@ def marginals(
     scores: List[Floats2d],
     constraints: Optional[TransitionMask] = None,
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
+    temperature: float = 1.0,
 ) -> List[Floats2d]:
     """Per-token tag posteriors [n, K] per doc (softmax for the softmax head);
-    ``tag_masks`` as in :func:`decode` (forbidden tags get probability 0)."""
-    return _inference(
-        model, scores, constraints, crf.marginals, lambda emissions: torch.softmax(emissions, dim=-1), tag_masks
-    )
+    ``tag_masks`` as in :func:`decode` (forbidden tags get probability 0).
+    ``temperature`` T > 0 divides the emissions, transitions, start and end
+    scores before the forward-backward (temperature scaling; 1: unchanged)."""
+    t = float(temperature)
+
+    def scaled(emissions, mask, transitions, start, end, **kwargs):
+        start, end = (None if p is None else p / t for p in (start, end))
+        return crf.marginals(emissions / t, mask, transitions / t, start, end, **kwargs)
+
+    crf_fn = crf.marginals if t == 1.0 else scaled
+    return _inference(model, scores, constraints, crf_fn, lambda em: torch.softmax(em / t, dim=-1), tag_masks)
 
 
 def is_initialized(model: Model) -> bool:

@@ -68,6 +68,7 @@ from ..ml.schemes import (
 from ..ml.tagger_features import initialize_tagger
 from ..ml.transitions import TransitionTable
 from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
+from . import confidence as _confidence
 from . import forced_tags as forced
 from . import user_dict as _user_dict
 from . import user_dict_decoding as _decoding
@@ -120,6 +121,7 @@ class CRFTagger(_decoding.UserDictMethods, TrainableHead):
             # set with a lexicon (set_lexicon); the words are saved beside the cfg
             "lexicon_weight": 0.0,
             "lexicon_size": 0,
+            "temperature": 1.0,  # calibrates the marginals, never the decoding (pipeline/confidence.py)
         }
         self.lexicon: Optional[Lexicon] = None
         self.user_dict = _user_dict.UserDict()
@@ -216,14 +218,14 @@ class CRFTagger(_decoding.UserDictMethods, TrainableHead):
         words already on the doc are ignored unless ``respect_preset``: this
         is usually called after the tagger ran, when the doc's entities are
         the tagger's own predictions, and forcing those would make every
-        confidence 1."""
+        confidence 1. Calibrated by the pipe's ``temperature``."""
         docs = list(docs)
         if not any(len(doc) for doc in docs):
             return [numpy.zeros((len(doc), len(self.tags)), dtype="f") for doc in docs]  # type: ignore[misc]
         self._require_initialized("predict_marginals")
         scores = self.emission_scores(docs)
         masks = self.tag_masks(docs, preset=respect_preset)
-        return crf_model.marginals(self.model, scores, self.constraints, masks)
+        return crf_model.marginals(self.model, scores, self.constraints, masks, _confidence.temperature(self))
 
     def emission_scores(self, docs: List[Doc]) -> List[Floats2d]:
         """The scores decoding starts from: the model's emissions

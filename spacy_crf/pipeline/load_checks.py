@@ -27,6 +27,7 @@ from thinc.api import Model, get_array_module
 
 from ..ml.schemes import SchemeError
 from ..ml.tagger_model import END, START, TRANSITIONS
+from .confidence import load_temperature
 from .lexicon import Lexicon, check_weight
 
 
@@ -291,6 +292,7 @@ def _load_cfg(pipe, cfg, where: str) -> None:
     made_with = {key: pipe.cfg[key] for key in getattr(pipe, "config_settings", ()) if key in pipe.cfg}
     pipe.cfg.update(cfg)
     pipe.cfg.update(made_with)
+    load_temperature(pipe, cfg, where)
 
 
 def _check_lexicon_cfg(pipe, where: str) -> int:
