@@ -119,8 +119,7 @@ def load_from_disk(stock_from_disk: Callable, component, path, exclude: Iterable
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         raise ValueError(
-            f"{what}: the file is truncated or damaged ({reason}). "
-            "Copy or reinstall the pipeline again."
+            f"{what}: the file is truncated or damaged ({reason}). Copy or reinstall the pipeline again."
         ) from None
     return component
 
