@@ -14,7 +14,7 @@ from thinc.api import Config
 
 from spacy_crf.annotate import AnnotateError, annotate, read_output
 from spacy_crf.annotate import engines as engines_module
-from spacy_crf.annotate.io import partial_path
+from spacy_crf.annotate.writers import partial_path
 
 CONFIG = """
 [nlp]

@@ -5,7 +5,8 @@
 doc (``records``) to one output per shard, resumably.
 """
 
-from .io import AnnotateError, read_output
+from .io import AnnotateError
 from .run import annotate
+from .writers import read_output
 
 __all__ = ["annotate", "AnnotateError", "read_output"]

@@ -33,7 +33,6 @@ from .io import (
     dumps,
     file_identity,
     find_shards,
-    make_writer,
     output_path,
 )
 from .pieces import DEFAULT_MAX_CHARS
@@ -47,6 +46,7 @@ from .state import (
     remove_own,
     state_path,
 )
+from .writers import make_writer
 
 
 class _Progress:
