@@ -5,9 +5,8 @@ Autocast, sparse embedding gradients, freezing and quantization all change
 the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
 thinc's Adam state; the merge copies a ``Doc``'s private fields; srsly's
 msgpack hooks are looked up without re-reading the entry points;
-spacy-transformers' ``Transformer.from_disk`` is wrapped so that load errors
-of the package's encoders name the file. Those reaches are listed in
-:data:`PRIVATE_API`, and
+``Transformer.from_disk`` is wrapped so that encoder load errors name the
+file. Those reaches are listed in :data:`PRIVATE_API`, and
 :func:`check_private_api` checks every entry against the installed
 libraries (run by the test suite), so that an upgrade that renames one fails
 with a message naming it instead of silently disabling a feature. Code
@@ -231,10 +230,8 @@ def stock_transformer_helper(name: str) -> Callable:
 
 
 def wrap_transformer_from_disk(load: Callable) -> None:
-    """Make spacy-transformers' ``Transformer.from_disk`` call
-    ``load(stock_from_disk, component, path, exclude)``. Its own reads the
-    ``model`` file and hands the bytes to the model, so that no error of the
-    model's says which file it was reading. Doing it again changes nothing."""
+    """``Transformer.from_disk`` calls ``load(stock_from_disk, component, path, exclude)``
+    (its own names no file in the model's errors); idempotent."""
     from spacy_transformers.pipeline_component import Transformer
 
     stock = Transformer.from_disk
