@@ -1,12 +1,18 @@
-"""Exact n-best Viterbi (spacy_crf.ml.nbest) against brute-force enumeration."""
+"""Exact n-best Viterbi (spacy_crf.ml.nbest) against brute-force enumeration,
+and the pipe's predict_nbest with its doc._.crf_nbest extension."""
 
 import itertools
 
 import numpy
 import pytest
+import spacy
 import torch
+from _configs import NER_DATA, crf_model_config
+from spacy.tokens import Doc, DocBin, Span
+from spacy.training import Example
 
 from spacy_crf.ml import crf, nbest, viterbi_numpy
+from spacy_crf.pipeline import nbest as pipe_nbest
 
 # --- the maths on small lattices ---------------------------------------------
 
@@ -195,3 +201,143 @@ def test_log_partition_equals_crf_s(scale):
         expected = nbest._torch_log_partition(emissions, lengths, transitions, start, end)
         some = expected > nbest.FORBIDDEN_BELOW  # rows with an allowed path
         numpy.testing.assert_allclose(got[some], expected[some], rtol=1e-5, atol=1e-3)
+
+
+# --- the pipe ------------------------------------------------------------------
+
+
+def _trained(scheme, steps=15, **config):
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": scheme, "model": crf_model_config(), **config})
+    if scheme == "bmes":
+        words = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"]]
+        examples = [Example(nlp.make_doc("".join(w)), Doc(nlp.vocab, words=w, spaces=[False] * len(w))) for w in words]
+    else:
+        examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+    return nlp, pipe
+
+
+@pytest.fixture(scope="module")
+def ner():
+    return _trained("bioes")
+
+
+@pytest.fixture(scope="module")
+def segmenter():
+    return _trained("bmes")
+
+
+def test_predict_nbest_for_entities(ner):
+    nlp, pipe = ner
+    texts = ["张三去上海", "我在北京工作", "李四 住广州"]
+    docs = [nlp.make_doc(t) for t in texts]
+    analyses = pipe.predict_nbest(docs, k=4)
+    assert len(analyses) == len(docs)
+    for text, doc, found in zip(texts, docs, analyses):
+        assert 1 <= len(found) <= 4
+        probabilities = [p for p, _ in found]
+        assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 1 + 1e-6
+        expected = [(e.start_char, e.end_char, e.label_) for e in nlp(text).ents]
+        assert found[0][1] == expected  # the first analysis is what the pipe writes
+        assert len({tuple(ents) for _, ents in found}) == len(found)  # distinct analyses
+        for _, ents in found:
+            assert all(isinstance(s, int) and isinstance(e, int) and " " not in doc.text[s:e] for s, e, _ in ents)
+        assert doc._.crf_nbest[pipe.name] == found
+    assert not docs[0].ents  # predict_nbest annotates nothing else
+
+
+def test_predict_nbest_for_words(segmenter):
+    nlp, pipe = segmenter
+    docs = [nlp.make_doc(t) for t in ["张三去上海", "今天 天气好"]]
+    analyses = pipe.predict_nbest(docs, k=3)
+    for doc, found in zip(docs, analyses):
+        annotated = nlp(doc.text)
+        expected = [(s.start_char, s.end_char) for s in annotated.spans[pipe.cfg["spans_key"]]]
+        assert found[0][1] == expected
+        for _, words in found:
+            covered = "".join(doc.text[s:e] for s, e in words)  # spans' offsets: a token's trailing space is inside
+            assert covered.replace(" ", "") == doc.text.replace(" ", "")  # every character in one word
+        assert doc._.crf_nbest == {pipe.name: found}
+    assert len(analyses[0]) == 3
+
+
+def test_predict_nbest_for_token_tags():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "tag", "model": crf_model_config()})
+    tags = ["PN", "P", "NR", "NR"]
+    examples = [
+        Example(nlp.make_doc("我在北京"), Doc(nlp.vocab, words=list("我在北京"), tags=tags, spaces=[False] * 4))
+    ]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(10):
+        nlp.update(examples, sgd=optimizer)
+    found = pipe.predict_nbest([nlp.make_doc("我在北京")], k=3)[0]
+    assert len(found) == 3 and found[0][1] == [t.tag_ for t in nlp("我在北京")]
+    assert all(len(analysis) == 4 and set(analysis) <= set(tags) for _, analysis in found)
+
+
+def test_probabilities_sum_to_one_over_all_paths(segmenter):
+    nlp, pipe = segmenter
+    doc = nlp.make_doc("张三去")  # 3 characters: 4 segmentations
+    found = pipe.predict_nbest([doc], k=50)[0]
+    assert len(found) == 4
+    assert sum(p for p, _ in found) == pytest.approx(1.0, abs=1e-5)
+    marginals = pipe.predict_marginals([doc])[0]  # the same distribution, per token
+    s_tag = pipe.tags.index("S")
+    single_first = sum(p for p, words in found if words[0] == (0, 1))
+    assert single_first == pytest.approx(float(marginals[0, s_tag]), abs=1e-4)
+
+
+def test_preset_entities_and_forced_user_entries_are_kept(ner):
+    nlp, pipe = ner
+    doc = nlp.make_doc("张三去上海")
+    doc.ents = [Span(doc, 3, 5, label="ORG")]  # a label the tagger does not have: kept as it is
+    found = pipe.predict_nbest([doc], k=5)[0]
+    assert all((3, 5, "ORG") in ents for _, ents in found)
+    assert all(s >= 5 or e <= 3 for _, ents in found for s, e, _ in ents if (s, e) != (3, 5))
+    free = pipe.predict_nbest([doc], k=5, respect_preset=False)[0]
+    assert not any((3, 5, "ORG") in ents for _, ents in free)
+    pipe.add_user_entities([("去上", "LOC")])
+    try:
+        forced = pipe.predict_nbest([nlp.make_doc("张三去上海")], k=5)[0]
+        assert forced and all((2, 4, "LOC") in ents for _, ents in forced)
+    finally:
+        pipe.user_dict.clear()
+
+
+def _as_lists(value):
+    return [_as_lists(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def test_empty_docs_and_the_extension_round_trip(ner):
+    nlp, pipe = ner
+    docs = [nlp.make_doc(t) for t in ["", "张三"]]
+    analyses = pipe.predict_nbest(docs, k=2)
+    assert analyses[0] == [(1.0, [])]
+    assert pipe.predict_nbest([nlp.make_doc("")], k=3) == [[(1.0, [])]]
+    as_lists = _as_lists(analyses[1])  # (msgpack may give tuples back as lists)
+    assert _as_lists(Doc(nlp.vocab).from_bytes(docs[1].to_bytes())._.crf_nbest[pipe.name]) == as_lists
+    stored = DocBin(store_user_data=True, docs=docs).to_bytes()
+    assert _as_lists(list(DocBin().from_bytes(stored).get_docs(nlp.vocab))[1]._.crf_nbest[pipe.name]) == as_lists
+    assert nlp.make_doc("x")._.crf_nbest == {}
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        pipe.predict_nbest(docs, k=0)
+
+
+def test_predict_nbest_needs_a_crf_and_weights():
+    nlp = spacy.blank("zh")
+    pipe = nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})
+    with pytest.raises(ValueError, match="not initialized"):
+        pipe.predict_nbest([nlp.make_doc("张三")])
+    softmax = spacy.blank("zh").add_pipe("crf_tagger", config={"model": crf_model_config(use_crf=False)})
+    with pytest.raises(ValueError, match="needs a CRF layer"):
+        softmax.predict_nbest([nlp.make_doc("张三")])
+
+
+def test_register_extension_is_idempotent():
+    pipe_nbest.register_extension()
+    pipe_nbest.register_extension()
+    assert Doc.has_extension("crf_nbest")

@@ -70,6 +70,7 @@ from ..ml.transitions import TransitionTable
 from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
 from . import confidence as _confidence
 from . import forced_tags as forced
+from . import nbest as _nbest
 from . import user_dict as _user_dict
 from . import user_dict_decoding as _decoding
 from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
@@ -226,6 +227,11 @@ class CRFTagger(_decoding.UserDictMethods, TrainableHead):
         scores = self.emission_scores(docs)
         masks = self.tag_masks(docs, preset=respect_preset)
         return crf_model.marginals(self.model, scores, self.constraints, masks, _confidence.temperature(self))
+
+    def predict_nbest(self, docs: Iterable[Doc], k: int = 5, *, respect_preset: bool = True) -> List[list]:
+        """The ``k`` best analyses of each doc, ``(probability, analysis)`` best first, also stored
+        in ``doc._.crf_nbest[self.name]`` (:mod:`spacy_crf.pipeline.nbest`)."""
+        return _nbest.predict_nbest(self, list(docs), k, respect_preset=respect_preset)
 
     def emission_scores(self, docs: List[Doc]) -> List[Floats2d]:
         """The scores decoding starts from: the model's emissions
