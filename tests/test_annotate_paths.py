@@ -285,30 +285,70 @@ def test_ray_names_a_non_utf8_shard_as_local_does_and_keeps_the_shards_before(ra
     assert "c.jsonl" in said["ray"] and "\n" not in said["ray"] and "Ray" not in said["ray"]
 
 
+def _dead(pid: int) -> bool:
+    """Whether process ``pid`` has ended: gone, or a zombie that its parent
+    (Ray's raylet, for a worker killed from outside) has not reaped yet."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return os.path.isdir("/proc")  # gone in between (where /proc lists the processes)
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_session, pipeline_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "how",
+    [
+        "ray.kill",
+        # the worker process killed from outside, as the kernel's OOM killer or `kill -9` would
+        pytest.param("SIGKILL", marks=pytest.mark.slow),
+    ],
+)
+def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(
+    ray_session, pipeline_dir, tmp_path, monkeypatch, how
+):
+    import signal
+    import threading
+    import time
+
     src = tmp_path / "in"
     for k in range(3):
         write_jsonl(src / f"s{k}.jsonl", [{"text": t, "id": f"{k}-{i}"} for i, t in enumerate(TEXTS)])
     killed = tmp_path / "killed"
 
     class KilledOnce(ray_engine_module.RayAnnotator):
-        """Kills its own actor (ray.kill, as a lost node or an OOM kill would)
-        during its first chunk of the second shard, once per run."""
+        """During its first chunk of the second shard, once per run, kills its
+        own actor (ray.kill, as a lost node would), or waits for this test to
+        kill its process (SIGKILL)."""
 
         def __call__(self, batch):
-            import time
-
             import ray
 
             shard = batch.column("rows").to_pylist()[0][0]["shard"]
             if shard == 1 and not killed.exists():
-                killed.write_text(str(os.getpid()), encoding="utf8")
-                ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
+                (tmp_path / "pid").write_text(str(os.getpid()), encoding="utf8")
+                os.replace(tmp_path / "pid", killed)  # whole, for the test's thread to read
+                if how == "ray.kill":
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
                 time.sleep(60)  # killed while this chunk is in flight
             return super().__call__(batch)
 
+    sent = []
+
+    def kill_the_worker():
+        """SIGKILL the worker process that says it holds a chunk of shard 1."""
+        deadline = time.monotonic() + 60
+        while not killed.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(int(killed.read_text(encoding="utf8")), signal.SIGKILL)
+        sent.append(True)
+
     monkeypatch.setattr(ray_engine_module, "RayAnnotator", KilledOnce)
+    killer = threading.Thread(target=kill_the_worker, daemon=True) if how == "SIGKILL" else None
     # Only map_batches' named, undeprecated parameters: **ray_remote_args (where
     # max_restarts went) and concurrency are deprecated in Ray 2.60 and removed
     # in 2.64, so the restart below must come from Ray's own defaults.
@@ -326,12 +366,16 @@ def test_ray_gives_every_record_once_in_order_when_an_actor_is_killed(ray_sessio
         return map_batches(self, fn, **kwargs)
 
     monkeypatch.setattr(ray.data.Dataset, "map_batches", recording_map_batches)
+    if killer is not None:
+        killer.start()
     summary = annotate(
         str(pipeline_dir), str(src), str(tmp_path / "out"), engine="ray", workers=2, batch_size=2, progress=False
     )
+    if killer is not None:
+        killer.join(5)
+        assert sent == [True]
     pid = int(killed.read_text(encoding="utf8"))
-    with pytest.raises(ProcessLookupError):  # that actor's process is gone: its chunk was redone elsewhere
-        os.kill(pid, 0)
+    assert _dead(pid)  # that actor's process is gone: its chunk was redone elsewhere
     got = outputs(tmp_path / "out")
     assert {name: [r["id"] for r in records] for name, records in got.items()} == {
         f"s{k}.jsonl": [f"{k}-{i}" for i in range(len(TEXTS))] for k in range(3)
