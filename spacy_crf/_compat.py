@@ -5,8 +5,8 @@ Autocast, sparse embedding gradients, freezing and quantization all change
 the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
 thinc's Adam state; the merge copies a ``Doc``'s private fields; srsly's
 msgpack hooks are looked up without re-reading the entry points;
-``Transformer.from_disk`` is wrapped so that encoder load errors name the
-file. Those reaches are listed in :data:`PRIVATE_API`, and
+``Transformer.from_disk`` is wrapped (:func:`wrap_method`).
+Those reaches are listed in :data:`PRIVATE_API`, and
 :func:`check_private_api` checks every entry against the installed
 libraries (run by the test suite), so that an upgrade that renames one fails
 with a message naming it instead of silently disabling a feature. Code
@@ -229,23 +229,24 @@ def stock_transformer_helper(name: str) -> Callable:
     return _STOCK_TRANSFORMER_HELPERS.get(name, getattr(transformer_model, name))
 
 
-def wrap_transformer_from_disk(load: Callable) -> None:
-    """``Transformer.from_disk`` calls ``load(stock_from_disk, component, path, exclude)``
-    (its own names no file in the model's errors); idempotent."""
-    from spacy_transformers.pipeline_component import Transformer
-
-    stock = Transformer.from_disk
-    if getattr(stock, "wrapped_by_spacy_crf", None) is load:
+def wrap_method(owner: str, name: str, wrapper: Callable) -> None:
+    """Make the method ``name`` of a library's class ``owner`` (``"module.Class"``)
+    ``wrapper(stock, self, *args, **kwargs)``, ``stock`` the library's own (spacy-transformers'
+    ``Transformer.from_disk``). Doing it again changes nothing."""
+    module, _, class_name = owner.rpartition(".")
+    cls = getattr(importlib.import_module(module), class_name)
+    current = getattr(cls, name)
+    if getattr(current, "wrapped_by_spacy_crf", None) is wrapper:
         return
-    stock = getattr(stock, "stock_from_disk", stock)
+    stock = getattr(current, "stock_method", current)
 
-    def from_disk(self, path, *, exclude=tuple()):
-        return load(stock, self, path, exclude)
+    def method(self, *args, **kwargs):
+        return wrapper(stock, self, *args, **kwargs)
 
-    from_disk.__doc__ = stock.__doc__
-    from_disk.stock_from_disk = stock  # type: ignore[attr-defined]
-    from_disk.wrapped_by_spacy_crf = load  # type: ignore[attr-defined]
-    Transformer.from_disk = from_disk  # type: ignore[method-assign]
+    method.__doc__ = stock.__doc__
+    method.stock_method = stock  # type: ignore[attr-defined]
+    method.wrapped_by_spacy_crf = wrapper  # type: ignore[attr-defined]
+    setattr(cls, name, method)
 
 
 def layer_forward(layer: Model) -> Callable:

@@ -23,7 +23,7 @@ from .._compat import (
     pipeline_nodes,
     set_grad_scaler,
     stock_replace_listener_cfg,
-    wrap_transformer_from_disk,
+    wrap_method,
 )
 from ..ml import fast_align
 
@@ -95,7 +95,7 @@ class InferenceOnlyShim(HFShim):
         return super().from_bytes(bytes_data)
 
 
-def load_from_disk(stock_from_disk: Callable, component, path, exclude: Iterable[str]):
+def load_from_disk(stock_from_disk: Callable, component, path, *, exclude: Iterable[str] = ()):
     """``Transformer.from_disk`` for a transformer whose encoder is
     inference-only (the others load as spacy-transformers loads them): a
     missing, truncated or damaged ``model`` file is a one-line ``ValueError``
@@ -175,7 +175,7 @@ def build_transformer_model(
     """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to
     it; its ``transformer`` component names the file in load errors."""
     fast_align.install()
-    wrap_transformer_from_disk(load_from_disk)
+    wrap_method("spacy_transformers.pipeline_component.Transformer", "from_disk", load_from_disk)
     model = create_TransformerModel_v3(
         name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
     )
