@@ -141,9 +141,14 @@ def huggingface_tokenize(tokenizer, texts: List[str]):
 
 def install() -> None:
     """Make spacy-transformers' ``TransformerModel`` forward pass use
-    :func:`align_by_offsets` and :func:`huggingface_tokenize`, if
-    spacy-transformers is loaded (a model built without it has no
-    transformer to speed up, and importing it has side effects). Idempotent."""
+    :func:`align_by_offsets` and :func:`huggingface_tokenize`, and run its
+    encoder at prediction over a bounded number of pieces per call
+    (:mod:`.encoder_chunks`), if spacy-transformers is loaded (a model built
+    without it has no transformer to speed up, and importing it has side
+    effects). Idempotent."""
     if "spacy_transformers" not in sys.modules:
         return
     replace_transformer_helpers(align_by_offsets, huggingface_tokenize)
+    from . import encoder_chunks
+
+    encoder_chunks.install()
