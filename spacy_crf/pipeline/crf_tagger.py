@@ -231,7 +231,10 @@ class CRFTagger(_decoding.UserDictMethods, TrainableHead):
     def predict_nbest(self, docs: Iterable[Doc], k: int = 5, *, respect_preset: bool = True) -> List[list]:
         """The ``k`` best analyses of each doc, ``(probability, analysis)`` best first, also stored
         in ``doc._.crf_nbest[self.name]`` (:mod:`spacy_crf.pipeline.nbest`)."""
-        return _nbest.predict_nbest(self, list(docs), k, respect_preset=respect_preset)
+        docs = list(docs)
+        if any(len(doc) for doc in docs) and self.model.attrs.get("use_crf", True):
+            self._require_initialized("predict_nbest")
+        return _nbest.predict_nbest(self, docs, k, respect_preset=respect_preset)
 
     def emission_scores(self, docs: List[Doc]) -> List[Floats2d]:
         """The scores decoding starts from: the model's emissions

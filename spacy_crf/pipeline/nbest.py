@@ -71,7 +71,6 @@ def nbest_paths(pipe, docs: Sequence[Doc], k: int, *, respect_preset: bool = Tru
     if not any(len(doc) for doc in docs):
         nbest.check_k(k)
         return [_empty_path() for _ in docs]
-    pipe._require_initialized("predict_nbest")
     ops = pipe.model.ops
     scores = [ops.to_numpy(s) for s in pipe.emission_scores(list(docs))]
     transitions, start, end = crf_model.transition_scores(pipe.model)
