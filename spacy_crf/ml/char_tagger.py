@@ -239,22 +239,41 @@ class CharTagger:
 
     # --- saved with a pipeline --------------------------------------------------
 
+    def to_dict(self) -> Dict:
+        """Everything but the model's bytes, whose sha256 it records (JSON-safe)."""
+        return {
+            "format": FORMAT,
+            "sha256": self.sha256,
+            "meta": self.meta,
+            "oov": self.oov,
+            "tags": self.tags,
+            "transitions": self.transitions.tolist(),
+            "normalise": self.normalise,
+            "chars": self.chars,
+        }
+
+    @classmethod
+    def from_dict(cls, model: bytes, fields: Dict) -> "CharTagger":
+        """The tagger of ``model`` and :meth:`to_dict`'s ``fields``; the model must
+        have the recorded sha256."""
+        if not isinstance(fields, dict) or fields.get("format") != FORMAT:
+            raise ValueError(f"char tagger: not a saved {FORMAT}")
+        try:
+            return cls(
+                model,
+                fields["chars"],
+                fields["oov"],
+                fields["tags"],
+                numpy.asarray(fields["transitions"], dtype="float32"),
+                fields["normalise"],
+                fields["meta"],
+                sha256=fields["sha256"],
+            )
+        except KeyError as e:
+            raise ValueError(f"char tagger: the saved tagger has no {e.args[0]!r}") from None
+
     def to_bytes(self) -> bytes:
-        if not self.model:
-            return b""
-        return srsly.msgpack_dumps(
-            {
-                "format": FORMAT,
-                "model": self.model,
-                "sha256": self.sha256,
-                "chars": self.chars,
-                "oov": self.oov,
-                "tags": self.tags,
-                "transitions": self.transitions.tolist(),
-                "normalise": self.normalise,
-                "meta": self.meta,
-            }
-        )
+        return srsly.msgpack_dumps({**self.to_dict(), "model": self.model}) if self.model else b""
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "CharTagger":
@@ -264,18 +283,7 @@ class CharTagger:
             msg = srsly.msgpack_loads(data)
         except Exception as e:
             raise ValueError(f"char tagger: unreadable saved tagger ({type(e).__name__}: {e})") from None
-        if not isinstance(msg, dict) or msg.get("format") != FORMAT:
-            raise ValueError(f"char tagger: not a saved {FORMAT}")
-        return cls(
-            msg["model"],
-            msg["chars"],
-            msg["oov"],
-            msg["tags"],
-            numpy.asarray(msg["transitions"], dtype="float32"),
-            msg["normalise"],
-            msg["meta"],
-            sha256=msg["sha256"],
-        )
+        return cls.from_dict(msg.pop("model", b"") if isinstance(msg, dict) else b"", msg)
 
     def __getstate__(self) -> Dict:
         return {"data": self.to_bytes()}

@@ -6,7 +6,6 @@ import weakref
 from pathlib import Path
 from typing import Optional
 
-import numpy
 import srsly
 from spacy.util import registry
 
@@ -22,17 +21,7 @@ def write_char_tagger(tagger: CharTagger, path) -> None:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(path / MODEL_FILE, tagger.model)
-    meta = {
-        "format": FORMAT,
-        "sha256": tagger.sha256,
-        "meta": tagger.meta,
-        "oov": tagger.oov,
-        "tags": tagger.tags,
-        "transitions": tagger.transitions.tolist(),
-        "normalise": tagger.normalise,
-        "chars": tagger.chars,
-    }
-    write_json_atomic(path / META_FILE, meta, indent=0)
+    write_json_atomic(path / META_FILE, tagger.to_dict(), indent=0)
 
 
 @registry.readers("spacy_crf.read_char_tagger.v1")
@@ -73,15 +62,6 @@ def _read_char_tagger(path, model_path, meta_path) -> CharTagger:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"char tagger {str(meta_path)!r}: not a {FORMAT} file")
     try:
-        return CharTagger(
-            model_path.read_bytes(),
-            meta["chars"],
-            meta["oov"],
-            meta["tags"],
-            numpy.asarray(meta["transitions"], dtype="float32"),
-            meta["normalise"],
-            meta["meta"],
-            sha256=meta["sha256"],
-        )
-    except (KeyError, ValueError) as e:
+        return CharTagger.from_dict(model_path.read_bytes(), meta)
+    except ValueError as e:
         raise ValueError(f"char tagger {str(path)!r}: {e}") from None
