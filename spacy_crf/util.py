@@ -9,7 +9,7 @@ lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
 import os
 import threading
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy
 
@@ -261,3 +261,29 @@ def install_fork_hook() -> None:
     if not _fork_hook_installed and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
         _fork_hook_installed = True
+
+
+def save_attr_once(cls: type, load: Callable[[bytes], Any]) -> None:
+    """Save a thinc model attribute of type ``cls`` as its ``to_bytes()`` and
+    load it with ``load``, once for equal bytes while a model holds the object:
+    the heads of a joint pipeline that saved the same dictionary or tagger
+    share one copy (one automaton, one session, one cache)."""
+    import hashlib
+    import weakref
+
+    from thinc.api import deserialize_attr, serialize_attr
+
+    loaded: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+    @serialize_attr.register(cls)
+    def _serialize(_: Any, value: Any, name: str, model: Any) -> bytes:
+        return value.to_bytes()
+
+    @deserialize_attr.register(cls)
+    def _deserialize(_: Any, value: bytes, name: str, model: Any) -> Any:
+        key = hashlib.blake2b(value, digest_size=16).hexdigest()
+        found = loaded.get(key)
+        if found is None:
+            found = load(value)
+            loaded[key] = found
+        return found

@@ -52,18 +52,16 @@ weights), so a saved pipeline needs no dictionary file. It is given at
 ``initialize`` (:func:`initialize_lexicon`); construction reads no file.
 """
 
-import hashlib
-import weakref
 from typing import List, Optional, Sequence
 
 import numpy
 import srsly
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
+from thinc.api import Model, glorot_uniform_init, zero_init
 from thinc.types import Floats2d
 
-from ..util import flat_rows, matmul, run_offsets, split_rows
+from ..util import flat_rows, matmul, run_offsets, save_attr_once, split_rows
 from . import shared_listener
 from .batch_cache import read_only
 from .lexicon_match import TAG_CLASSES, TaggedLexicon, token_bounds
@@ -247,23 +245,6 @@ def initialize_lexicon(model: Model, lexicon: Optional[TaggedLexicon], name: str
     layer.attrs[LEXICON_ATTR] = lexicon
 
 
-# --- saved with the model's weights ---------------------------------------------
+# --- saved with the model's weights: one copy for heads that saved the same one -------
 
-# Both heads of a joint pipeline save the same dictionary: loaded once, shared
-# (one automaton), while a model holds it.
-_LOADED: "weakref.WeakValueDictionary[str, TaggedLexicon]" = weakref.WeakValueDictionary()
-
-
-@serialize_attr.register(TaggedLexicon)
-def _serialize_lexicon(_: TaggedLexicon, value: TaggedLexicon, name: str, model: Model) -> bytes:
-    return value.to_bytes()
-
-
-@deserialize_attr.register(TaggedLexicon)
-def _deserialize_lexicon(_: TaggedLexicon, value: bytes, name: str, model: Model) -> TaggedLexicon:
-    key = hashlib.blake2b(value, digest_size=16).hexdigest()
-    lexicon = _LOADED.get(key)
-    if lexicon is None:
-        lexicon = TaggedLexicon.from_dict(srsly.msgpack_loads(value))
-        _LOADED[key] = lexicon
-    return lexicon
+save_attr_once(TaggedLexicon, lambda data: TaggedLexicon.from_dict(srsly.msgpack_loads(data)))

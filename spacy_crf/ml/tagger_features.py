@@ -22,17 +22,15 @@ weights and checked against its sha256 at load); it is given at
 file.
 """
 
-import hashlib
-import weakref
 from typing import List, Optional, Sequence
 
 import numpy
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, deserialize_attr, glorot_uniform_init, serialize_attr, zero_init
+from thinc.api import Model, glorot_uniform_init, zero_init
 from thinc.types import Floats2d
 
-from ..util import matmul, split_rows
+from ..util import matmul, save_attr_once, split_rows
 from .batch_cache import BatchCache, read_only
 from .char_tagger import OUTPUTS, CharTagger, check_outputs
 from .lexicon_match import batch_texts, token_bounds
@@ -164,26 +162,9 @@ def initialize_tagger(model: Model, tagger: Optional[CharTagger], name: str) -> 
     layer.attrs[TAGGER_ATTR] = tagger
 
 
-# --- saved with the model's weights ---------------------------------------------
+# --- saved with the model's weights (sha256 checked): one copy, one session, one cache for both heads
 
-# Both heads of a joint pipeline save the same tagger: loaded once, shared (one
-# session, one cache), while a model holds it.
-_LOADED: "weakref.WeakValueDictionary[str, CharTagger]" = weakref.WeakValueDictionary()
-
-
-@serialize_attr.register(CharTagger)
-def _serialize_tagger(_: CharTagger, value: CharTagger, name: str, model: Model) -> bytes:
-    return value.to_bytes()
-
-
-@deserialize_attr.register(CharTagger)
-def _deserialize_tagger(_: CharTagger, value: bytes, name: str, model: Model) -> CharTagger:
-    key = hashlib.blake2b(value, digest_size=16).hexdigest()
-    tagger = _LOADED.get(key)
-    if tagger is None:
-        tagger = CharTagger.from_bytes(value)
-        _LOADED[key] = tagger
-    return tagger
+save_attr_once(CharTagger, CharTagger.from_bytes)
 
 
 __all__ = ["OUTPUTS", "REF", "TaggerFeatures", "initialize_tagger", "tagger_of", "token_features"]
