@@ -63,6 +63,14 @@ def test_words_the_training_words_contradict_are_dropped_from_the_prior(build, t
     assert meta["dropped"] == 2 and meta["words"] == 3
 
 
+def test_a_missing_contradicting_corpus_is_named_before_any_output(build, tmp_path):
+    source = tmp_path / "my_dict.txt"
+    source.write_text("一个 90 m\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="--contradicted-by .*nope.spacy.*no such file"):
+        build.build(str(source), tmp_path / "lexicon", tmp_path / "nope.spacy")
+    assert not (tmp_path / "lexicon").exists()
+
+
 def test_build_from_jieba(build, tmp_path):
     meta = build.build("jieba", tmp_path / "lexicon")
     assert meta["source"] == "jieba" and meta["source_file"] == "dict.txt" and meta["source_version"] == "0.42.1"

@@ -3,6 +3,7 @@ mentions of their own type, everything else in the doc stays, offsets follow,
 docs without entity annotation pass, the draws follow the seed, and the joint
 corpus applies it to its training stream."""
 
+import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
@@ -77,3 +78,13 @@ def test_the_joint_corpus_augments_its_training_stream(tmp_path):
     ner = [eg for eg in stream if eg.reference.has_annotation("ENT_IOB")]
     assert {e.label_ for eg in ner for e in eg.reference.ents} == {"PER", "LOC"}
     assert {eg.reference.text for eg in stream if not eg.reference.has_annotation("ENT_IOB")} == {"我在北京"}
+
+
+def test_a_mentions_file_it_cannot_read_is_named(tmp_path):
+    with pytest.raises(ValueError, match="ents .*nope.spacy.*no such file"):
+        make_mention_replacement(0.3, tmp_path / "nope.spacy")
+    (tmp_path / "bad.spacy").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="ents .*bad.spacy.*not a .spacy file"):
+        make_mention_replacement(0.3, tmp_path / "bad.spacy")
+    with pytest.raises(ValueError, match="lexicon .*nope.txt.*no such file"):
+        make_mention_replacement(0.3, None, tmp_path / "nope.txt")

@@ -67,6 +67,8 @@ def contradicted_words(words: Iterable[str], corpus: Path) -> Set[str]:
     from spacy.tokens import DocBin
     from spacy.vocab import Vocab
 
+    if not Path(corpus).is_file():
+        raise ValueError(f"--contradicted-by {str(corpus)!r}: no such file (a word-segmented .spacy corpus)")
     lexicon = Lexicon(words)
     seen: Set[str] = set()
     gold: Set[str] = set()

@@ -39,9 +39,14 @@ def entity_mentions(path: Union[str, Path]) -> Dict[str, List[str]]:
     """The distinct entity texts of a ``.spacy`` corpus by label, in first-seen order."""
     from spacy.vocab import Vocab
 
-    vocab = Vocab()
+    if not Path(path).is_file():
+        raise ValueError(f"spacy_crf.mention_replacement.v1: ents {str(path)!r}: no such file (a .spacy NER corpus)")
+    try:
+        docs = list(DocBin().from_disk(path).get_docs(Vocab()))
+    except ValueError as e:
+        raise ValueError(f"spacy_crf.mention_replacement.v1: ents {str(path)!r}: not a .spacy file ({e})") from None
     found: Dict[str, Dict[str, None]] = defaultdict(dict)
-    for doc in DocBin().from_disk(path).get_docs(vocab):
+    for doc in docs:
         for ent in doc.ents:
             if ent.text.strip() and not any(c.isspace() for c in ent.text):
                 found[ent.label_][ent.text] = None
