@@ -475,3 +475,23 @@ def test_the_n_process_benchmark_compares_one_and_two_processes_on_equal_outputs
     assert all(len(v["chars_per_s"]) == 1 and v["median_chars_per_s"] > 0 for v in record["variants"].values())
     assert set(record["bytes_ms_per_doc"]) == {"catalogue lookup", "fast lookup"}
     assert isinstance(__import__("srsly").msgpack.msgpack_decoders.get_all, _compat._HookLookup)  # left as loaded
+
+
+def test_a_pipeline_with_tagger_features_records_its_tagger_and_needs_onnx(tiny_tagger_dir):
+    from _configs import crf_model_config
+
+    from crf_project.assemble import _extras, _tagger_meta
+    from spacy_crf.ml.tagger_folder import read_char_tagger
+
+    nlp = spacy.blank("zh")
+    features = {"@layers": "spacy_crf.TaggerFeatures.v1", "width": 4, "outputs": ["marginals"]}
+    nlp.add_pipe("crf_ner", config={"model": crf_model_config(tagger_features=features)})
+    examples = [Example.from_dict(nlp.make_doc(t), {"entities": e}) for t, e in NER_DATA]
+    tagger = read_char_tagger(tiny_tagger_dir)
+    nlp.get_pipe("crf_ner").initialize(lambda: examples, nlp=nlp, tagger_features=tagger)
+    meta = _tagger_meta(nlp)
+    assert meta["name"] == "tiny" and meta["licence"] == "MIT" and meta["sha256"] == tagger.sha256
+    assert meta["tags"] == len(tagger.tags) and meta["bytes"] == len(tagger.model)
+    assert _tagger_meta(spacy.blank("zh")) is None
+    assert _extras("openvino-int8", True) == "[onnx,openvino]" and _extras("none", True) == "[onnx]"
+    assert _extras("onnx", True) == "[onnx]" and _extras("none", False) == ""

@@ -198,6 +198,7 @@ def assemble(
         from spacy_crf.encoders.quantize import quantize_pipeline
 
         quantize_pipeline(nlp, dtype=quantize)
+    char_tagger = _tagger_meta(nlp)
     nlp.meta.update(
         {
             "name": name,
@@ -212,8 +213,8 @@ def assemble(
             "quantized": None if quantize == "none" else quantize,
             "lexicon": lexicon_meta,
             # spacy.load of an ONNX or OpenVINO encoder needs its runtime: the extra brings it
-            "requirements": [REQUIREMENT.format(extras=_extras(quantize, _tagger_meta(nlp) is not None))],
-            "char_tagger": _tagger_meta(nlp),
+            "requirements": [REQUIREMENT.format(extras=_extras(quantize, char_tagger is not None))],
+            "char_tagger": char_tagger,
             "performance": {},
         }
     )
