@@ -82,17 +82,16 @@ def test_the_logger_writes_to_paths_train_log():
     assert load_config(CONFIG, interpolate=True)["training"]["logger"]["output_file"] is None
 
 
-def test_the_logger_and_its_old_name_are_entry_points():
-    # spaCy finds the config's logger through the installed package, without --code;
-    # configs of runs from before it moved into the package name the project's logger
+def test_the_logger_is_an_entry_point():
+    # spaCy finds the config's logger through the installed package, without --code
     setup = configparser.ConfigParser()
     setup.read(ROOT / "setup.cfg", encoding="utf8")
     entries = dict(line.split(" = ") for line in setup["options.entry_points"]["spacy_loggers"].strip().splitlines())
     target = "spacy_crf.training.loggers:timed_console_logger"
-    assert entries == {"spacy_crf.TimedConsoleLogger.v1": target, "crf_project.TimedConsoleLogger.v1": target}
+    assert entries == {"spacy_crf.TimedConsoleLogger.v1": target}
     from spacy.util import registry
 
-    assert registry.loggers.get("crf_project.TimedConsoleLogger.v1") is spacy_crf.training.loggers.timed_console_logger
+    assert registry.loggers.get("spacy_crf.TimedConsoleLogger.v1") is spacy_crf.training.loggers.timed_console_logger
 
 
 def _tiny_corpora(tmp_path):

@@ -18,9 +18,7 @@ torch thread, the dev evaluations included), the x axis of the project's
 quality-versus-CPU-time curve.
 
 The shipped training config (``configs/joint.cfg``) names it, so it is found
-through the package's ``spacy_loggers`` entry point. It was the project
-script ``scripts/timed_logger.py`` (``crf_project.TimedConsoleLogger.v1``)
-before: that name stays registered, so the configs of earlier runs still load.
+through the package's ``spacy_loggers`` entry point.
 """
 
 import json
@@ -84,7 +82,3 @@ def timed_console_logger(
         return log, close
 
     return setup
-
-
-# The name under which the project registered it (``--code scripts/timed_logger.py``).
-registry.loggers.register("crf_project.TimedConsoleLogger.v1", func=timed_console_logger)
