@@ -1,9 +1,9 @@
 """Small helpers: :func:`check_number` (numeric options),
 :func:`batch_by_length`, :func:`run_offsets`, :func:`split_rows`, :func:`joined_rows`, :func:`flat_rows` and
 :func:`matmul`
-(with :func:`one_blas_thread`). The doc keys, file writing and hardware record that
-lived here have their own modules (:mod:`.doc_keys`, :mod:`.files`,
-:mod:`.hardware`); their names are re-exported for old imports.
+(with :func:`one_blas_thread`). The doc keys, file writing and hardware
+record have their own modules (:mod:`.doc_keys`, :mod:`.files`,
+:mod:`.hardware`).
 """
 
 import os
@@ -12,27 +12,6 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy
-
-from .doc_keys import (  # noqa: F401 (re-exported)
-    DEFAULT_SPANS_KEY,
-    NO_GOLD_WORDS,
-    SOURCE_KEY,
-    doc_source,
-    has_gold_words,
-    quote_text,
-)
-from .files import (  # noqa: F401 (re-exported)
-    OutputPathError,
-    PathLike,
-    atomic_dir,
-    atomic_path,
-    check_output_dir,
-    check_output_paths,
-    write_bytes_atomic,
-    write_json_atomic,
-    write_text_atomic,
-)
-from .hardware import hardware  # noqa: F401 (re-exported)
 
 # --- numeric options ------------------------------------------------------------------------------------------------
 

@@ -43,6 +43,14 @@ def test_modules_stay_small_unless_one_concept(path):
     assert len(path.read_text(encoding="utf8").splitlines()) <= 420
 
 
+def test_the_shared_helpers_import_nothing_from_the_package():
+    # every room imports them: one import back into the package would be a loop
+    for name in ("util.py", "doc_keys.py", "files.py"):
+        tree = ast.parse((PACKAGE / name).read_text(encoding="utf8"))
+        relative = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level]
+        assert not relative and not [m for m in _imports(PACKAGE / name) if m.split(".")[0] == "spacy_crf"], name
+
+
 def test_bmes_tags_are_defined_once():
     defined = [
         p.name

@@ -155,7 +155,7 @@ def convert_corpus(
     Everything is checked before anything is written, and nothing partial is
     ever written: the options (``max_chars >= 0``, ``0 <= dev_ratio < 1``,
     ``carve``, ``block_size >= 1``, ``limit >= 1`` or None) and the paths (no output may be the input or
-    the other output, see :func:`~spacy_crf.util.check_output_paths`) before
+    the other output, see :func:`~spacy_crf.files.check_output_paths`) before
     reading; an empty corpus (no docs), or a dev carving that leaves the dev
     or the training part empty, is an error naming the input file; every
     part is split before the first is written; and each output is written

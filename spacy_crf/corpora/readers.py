@@ -99,7 +99,7 @@ class JointCorpus:
     Each side keeps the other task's annotation *missing* rather than
     wrong: CWS docs have no entity annotation (``ENT_IOB`` unset, so the NER
     tagger's gold is unknown and spaCy's NER scorer skips them), and NER docs
-    are marked with :data:`~spacy_crf.util.NO_GOLD_WORDS` (their character
+    are marked with :data:`~spacy_crf.doc_keys.NO_GOLD_WORDS` (their character
     tokens are not words, so the segmenter's gold is unknown and word scores
     skip them).
 

