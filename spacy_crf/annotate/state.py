@@ -101,21 +101,21 @@ def read_state(path: Path) -> Optional[Dict[str, Any]]:
     return state if isinstance(state, dict) else None
 
 
-def _same(recorded: Any, actual: Dict[str, Any]) -> bool:
-    return (
-        isinstance(recorded, dict)
-        and recorded.get("size") == actual["size"]
-        and recorded.get("sha256") == actual["sha256"]
-    )
+def _identity_change(recorded: Dict[str, Any], path: Path, then: str) -> Optional[str]:
+    """How the file at ``path`` differs from the size and SHA-256 ``recorded``
+    (``then``: when they were taken), or None. A file of another size is not
+    hashed: most changed or foreign files are told apart by their size alone."""
+    size = path.stat().st_size
+    if recorded.get("size") != size:
+        return f"{recorded.get('size')} bytes {then}, {size} now"
+    if recorded.get("sha256") != file_identity(path)["sha256"]:
+        return "same size, different SHA-256"
+    return None
 
 
 def is_own(path: Path, state: Optional[Dict[str, Any]]) -> bool:
     """Whether ``state`` records writing exactly the file at ``path``."""
-    if state is None or not isinstance(state.get("written"), dict):
-        return False
-    if state["written"].get("size") != path.stat().st_size:  # most foreign files: no need to hash them
-        return False
-    return _same(state["written"], file_identity(path))
+    return state is not None and output_change(state, path) is None
 
 
 def input_change(state: Dict[str, Any], shard: Path) -> Optional[str]:
@@ -123,12 +123,8 @@ def input_change(state: Dict[str, Any], shard: Path) -> Optional[str]:
     recorded = state.get("input")
     if not isinstance(recorded, dict):
         return "its state records no input identity (written by an older version)"
-    size = shard.stat().st_size
-    if recorded.get("size") != size:
-        return f"its input changed since it was annotated ({recorded.get('size')} bytes then, {size} now)"
-    if not _same(recorded, file_identity(shard)):
-        return "its input changed since it was annotated (same size, different SHA-256)"
-    return None
+    change = _identity_change(recorded, shard, "then")
+    return None if change is None else f"its input changed since it was annotated ({change})"
 
 
 def output_change(state: Dict[str, Any], final: Path) -> Optional[str]:
@@ -137,12 +133,7 @@ def output_change(state: Dict[str, Any], final: Path) -> Optional[str]:
     recorded = state.get("written")
     if not isinstance(recorded, dict):
         return "its state records no size and SHA-256 of the output (written by an older version)"
-    size = final.stat().st_size
-    if recorded.get("size") != size:  # a cut or appended output: no need to hash it
-        return f"{recorded.get('size')} bytes when annotate wrote it, {size} now"
-    if not _same(recorded, file_identity(final)):
-        return "same size, different SHA-256"
-    return None
+    return _identity_change(recorded, final, "when annotate wrote it")
 
 
 def _refuse_changed(found: List[Tuple[Path, str]]) -> None:
