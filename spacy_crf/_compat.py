@@ -5,7 +5,7 @@ Autocast, sparse embedding gradients, freezing and quantization all change
 the torch models inside a pipeline's thinc shims; the lazy-row Adam extends
 thinc's Adam state; the merge copies a ``Doc``'s private fields; srsly's
 msgpack hooks are looked up without re-reading the entry points;
-``Transformer.from_disk`` and ``HFShim.predict`` are wrapped (:func:`wrap_method`).
+``Transformer.from_disk``/``from_bytes`` and ``HFShim.predict`` are wrapped (:func:`wrap_method`).
 Those reaches are listed in :data:`PRIVATE_API`, and
 :func:`check_private_api` checks every entry against the installed
 libraries (run by the test suite), so that an upgrade that renames one fails
@@ -232,7 +232,7 @@ def stock_transformer_helper(name: str) -> Callable:
 def wrap_method(owner: str, name: str, wrapper: Callable) -> None:
     """Make the method ``name`` of a library's class ``owner`` (``"module.Class"``)
     ``wrapper(stock, self, *args, **kwargs)``, ``stock`` the library's own (spacy-transformers'
-    ``Transformer.from_disk`` and ``HFShim.predict``). Doing it again changes nothing."""
+    ``Transformer.from_disk``/``from_bytes``, ``HFShim.predict``). Doing it again changes nothing."""
     module, _, class_name = owner.rpartition(".")
     cls = getattr(importlib.import_module(module), class_name)
     current = getattr(cls, name)

@@ -110,3 +110,41 @@ def assert_a_damaged_encoder_file_is_named_at_load(pipeline_dir, tmp_path, kind)
     assert "\n" not in str(error.value)
     model.write_bytes(data)
     return copy
+
+
+def assert_damaged_encoder_bytes_are_named_at_load(pipeline_dir, kind):
+    """``nlp.from_bytes`` of the bytes of ``pipeline_dir`` (a ``kind``
+    encoder) whose transformer's ``model`` entry, or the transformer's
+    bytes as a whole, is truncated, fails with one line naming the
+    component, not with msgpack's "Unpack failed" naming nothing."""
+    import re
+
+    import pytest
+    import srsly
+
+    nlp = spacy.load(pipeline_dir)
+    data = srsly.msgpack_loads(nlp.to_bytes())
+    component = srsly.msgpack_loads(data["transformer"])
+    named = f"Cannot load the {kind} encoder of component 'transformer' from bytes: "
+    model = component["model"]
+    damaged = [srsly.msgpack_dumps({**component, "model": model[:cut]}) for cut in (len(model) // 2, len(model) - 1, 0)]
+    damaged.append(data["transformer"][: len(data["transformer"]) // 2])
+    for transformer in damaged:
+        with pytest.raises(ValueError, match=re.escape(named)) as error:
+            spacy.load(pipeline_dir).from_bytes(srsly.msgpack_dumps({**data, "transformer": transformer}))
+        assert "\n" not in str(error.value)
+    spacy.load(pipeline_dir).from_bytes(srsly.msgpack_dumps(data))  # whole again: loads
+
+
+def assert_a_gpu_device_is_named_at_load_not_a_damaged_file(pipeline_dir, monkeypatch, kind):
+    """Loading a ``kind`` pipeline while torch's default device is not the
+    CPU fails saying so, not that its encoder's file is damaged."""
+    import pytest
+    import torch
+
+    from spacy_crf.encoders import swap
+
+    monkeypatch.setattr(swap, "get_torch_default_device", lambda: torch.device("meta"))
+    with pytest.raises(ValueError, match=f"{kind} encoders run on CPU only") as error:
+        spacy.load(pipeline_dir)
+    assert "damaged" not in str(error.value)

@@ -18,6 +18,8 @@ pytest.importorskip("onnx")
 from _backends import (  # noqa: E402
     TEXTS,
     assert_a_damaged_encoder_file_is_named_at_load,
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file,
+    assert_damaged_encoder_bytes_are_named_at_load,
     encoders,
     examples,
     forked_child_ents,
@@ -103,6 +105,14 @@ def test_a_graph_damaged_on_disk_is_an_error_at_load(onnx_dir, tmp_path):
 def test_a_truncated_or_missing_graph_file_is_named_at_load(onnx_dir, tmp_path):
     copy = assert_a_damaged_encoder_file_is_named_at_load(onnx_dir, tmp_path, "ONNX")
     assert outputs(spacy.load(copy))[1:] == outputs(spacy.load(onnx_dir))[1:]  # whole again: loads
+
+
+def test_truncated_graph_bytes_name_the_component_at_load(onnx_dir):
+    assert_damaged_encoder_bytes_are_named_at_load(onnx_dir, "ONNX")
+
+
+def test_loading_on_a_gpu_device_says_so_not_that_the_file_is_damaged(onnx_dir, monkeypatch):
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file(onnx_dir, monkeypatch, "ONNX")
 
 
 def test_without_onnxruntime_loading_fails_saying_what_to_install(onnx_dir, monkeypatch):

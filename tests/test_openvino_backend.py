@@ -15,6 +15,8 @@ pytest.importorskip("onnx")
 from _backends import (  # noqa: E402
     TEXTS,
     assert_a_damaged_encoder_file_is_named_at_load,
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file,
+    assert_damaged_encoder_bytes_are_named_at_load,
     encoders,
     examples,
     forked_child_ents,
@@ -93,6 +95,14 @@ def test_to_disk_and_load_give_the_openvino_pipeline_back(float_dir, openvino_di
 def test_a_truncated_or_missing_model_file_is_named_at_load(openvino_dir, tmp_path):
     copy = assert_a_damaged_encoder_file_is_named_at_load(openvino_dir, tmp_path, "OpenVINO")
     assert outputs(spacy.load(copy))[1:] == outputs(spacy.load(openvino_dir))[1:]  # whole again: loads
+
+
+def test_truncated_model_bytes_name_the_component_at_load(openvino_dir):
+    assert_damaged_encoder_bytes_are_named_at_load(openvino_dir, "OpenVINO")
+
+
+def test_loading_on_a_gpu_device_says_so_not_that_the_file_is_damaged(openvino_dir, monkeypatch):
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file(openvino_dir, monkeypatch, "OpenVINO")
 
 
 def test_without_openvino_loading_fails_saying_what_to_install(openvino_dir, monkeypatch):

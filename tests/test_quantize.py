@@ -12,6 +12,8 @@ import torch
 from _backends import (
     TEXTS,
     assert_a_damaged_encoder_file_is_named_at_load,
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file,
+    assert_damaged_encoder_bytes_are_named_at_load,
     encoders,
     examples,
     make_nlp,
@@ -92,6 +94,14 @@ def test_to_disk_and_load_give_the_in_memory_quantized_pipeline(float_dir, tmp_p
 def test_a_truncated_or_missing_weights_file_is_named_at_load(int8_dir, tmp_path):
     copy = assert_a_damaged_encoder_file_is_named_at_load(int8_dir, tmp_path, "quantized")
     assert_same_outputs(outputs(spacy.load(copy)), outputs(spacy.load(int8_dir)))  # whole again: loads
+
+
+def test_truncated_weights_bytes_name_the_component_at_load(int8_dir):
+    assert_damaged_encoder_bytes_are_named_at_load(int8_dir, "quantized")
+
+
+def test_loading_on_a_gpu_device_says_so_not_that_the_file_is_damaged(int8_dir, monkeypatch):
+    assert_a_gpu_device_is_named_at_load_not_a_damaged_file(int8_dir, monkeypatch, "quantized")
 
 
 def test_quantized_encoder_is_smaller_on_disk(float_dir, int8_dir):

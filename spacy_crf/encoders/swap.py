@@ -5,11 +5,13 @@ putting their shim in place of the ``HFShim`` of a spacy-transformers
 ``TransformerModel``, building the stock architectures with that shim, and
 finding and rewriting the config blocks of a pipeline's transformers, so
 that ``nlp.to_disk`` / ``spacy.load`` rebuild the swapped encoder, and the
-load errors that name the file of such an encoder (:func:`load_from_disk`).
+load errors that name the component and file of such an encoder
+(:func:`load_from_disk`, :func:`load_from_bytes`).
 """
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Type
 
 import torch
 from spacy.language import Language
@@ -36,12 +38,16 @@ TORCH_ARCHS = {
 }
 
 
+class CPUOnlyError(ValueError):
+    """An inference-only encoder asked to run on another device than the CPU."""
+
+
 def check_cpu(what: str, kind: str) -> None:
     """An error naming ``what`` unless torch's default device is the CPU:
     ``kind`` encoders (``"ONNX"``, ``"quantized"``) run on CPU only."""
     device = get_torch_default_device()
     if device.type != "cpu":
-        raise ValueError(
+        raise CPUOnlyError(
             f"{what}: {kind} encoders run on CPU only, but the default torch device is {device}. "
             f"Load {kind} pipelines without spacy.require_gpu()/prefer_gpu()."
         )
@@ -95,33 +101,64 @@ class InferenceOnlyShim(HFShim):
         return super().from_bytes(bytes_data)
 
 
-def load_from_disk(stock_from_disk: Callable, component, path, *, exclude: Iterable[str] = ()):
-    """``Transformer.from_disk`` for a transformer whose encoder is
-    inference-only (the others load as spacy-transformers loads them): a
-    missing, truncated or damaged ``model`` file is a one-line ``ValueError``
-    naming the file, not msgpack's "Unpack failed" or a bare
-    ``FileNotFoundError``."""
+def _inference_only_shim(component) -> Optional[InferenceOnlyShim]:
+    """The shim of a ``Transformer`` component whose encoder is inference-only; None for the others."""
     model = component.model
     shim = model.layers[0].shims[0] if isinstance(model, TransformerModel) and model.layers[0].shims else None
-    if not isinstance(shim, InferenceOnlyShim) or "model" in exclude:
-        return stock_from_disk(component, path, exclude=exclude)
-    model_file = Path(path) / "model"
-    what = f"Cannot load the {shim.kind} encoder of component {component.name!r} from {str(model_file)!r}"
-    if not model_file.is_file():
-        raise ValueError(f"{what}: the file is missing. Copy or reinstall the pipeline again.")
-    stock_from_disk(component, path, exclude=[*exclude, "model"])
+    return shim if isinstance(shim, InferenceOnlyShim) else None
+
+
+@contextmanager
+def _load_errors_named(what: str, saved: str) -> Iterator[None]:
+    """An error loading an inference-only encoder as one ``ValueError`` line
+    starting with ``what`` (which names the component and where from); the
+    ``saved`` bytes (``"the file is"``) are said to be truncated or damaged
+    unless the error says why itself (a damaged or other kind of save). A
+    runtime to install or a device to leave passes as it is: its message
+    says which."""
     try:
-        model.from_bytes(model_file.read_bytes())  # what spacy-transformers' own from_disk does
-    except ImportError:  # a runtime to install: its message says which
+        yield
+    except (ImportError, CPUOnlyError):
         raise
     except SavedEncoderError as e:
         raise ValueError(f"{what}: {e}") from None
     except Exception as e:
         reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
         raise ValueError(
-            f"{what}: the file is truncated or damaged ({reason}). Copy or reinstall the pipeline again."
+            f"{what}: {saved} truncated or damaged ({reason}). Copy or reinstall the pipeline again."
         ) from None
+
+
+def load_from_disk(stock_from_disk: Callable, component, path, *, exclude: Iterable[str] = ()):
+    """``Transformer.from_disk`` for a transformer whose encoder is
+    inference-only (the others load as spacy-transformers loads them): a
+    missing, truncated or damaged ``model`` file is a one-line ``ValueError``
+    naming the component and the file, not msgpack's "Unpack failed" or a
+    bare ``FileNotFoundError``."""
+    shim = _inference_only_shim(component)
+    if shim is None or "model" in exclude:
+        return stock_from_disk(component, path, exclude=exclude)
+    model_file = Path(path) / "model"
+    what = f"Cannot load the {shim.kind} encoder of component {component.name!r} from {str(model_file)!r}"
+    if not model_file.is_file():
+        raise ValueError(f"{what}: the file is missing. Copy or reinstall the pipeline again.")
+    stock_from_disk(component, path, exclude=[*exclude, "model"])
+    with _load_errors_named(what, "the file is"):
+        component.model.from_bytes(model_file.read_bytes())  # what spacy-transformers' own from_disk does
     return component
+
+
+def load_from_bytes(stock_from_bytes: Callable, component, bytes_data: bytes, *, exclude: Iterable[str] = ()):
+    """``Transformer.from_bytes`` (``nlp.from_bytes``) for a transformer whose
+    encoder is inference-only: truncated or damaged bytes are a one-line
+    ``ValueError`` naming the component, as :func:`load_from_disk`."""
+    shim = _inference_only_shim(component)
+    if shim is None or "model" in exclude:
+        return stock_from_bytes(component, bytes_data, exclude=exclude)
+    with _load_errors_named(
+        f"Cannot load the {shim.kind} encoder of component {component.name!r} from bytes", "they are"
+    ):
+        return stock_from_bytes(component, bytes_data, exclude=exclude)
 
 
 def swap_hf_shim(
@@ -173,9 +210,10 @@ def build_transformer_model(
     install: Callable[[TransformerModel], None],
 ) -> Model:
     """``spacy-transformers.TransformerModel.v3`` with ``install`` applied to
-    it; its ``transformer`` component names the file in load errors."""
+    it; its ``transformer`` component names itself (and the file) in load errors."""
     fast_align.install()
     wrap_method("spacy_transformers.pipeline_component.Transformer", "from_disk", load_from_disk)
+    wrap_method("spacy_transformers.pipeline_component.Transformer", "from_bytes", load_from_bytes)
     model = create_TransformerModel_v3(
         name, get_spans, tokenizer_config, transformer_config, mixed_precision, dict(grad_scaler_config)
     )
