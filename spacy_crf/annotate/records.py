@@ -105,6 +105,15 @@ class EntConfidence:
     def __init__(self, nlp: Language, name: str, ner: str) -> None:
         self.name = name
         self.ner = ner
+        # refused here, not at the first doc (an AttributeError) or never (a segmenter: no entities)
+        found = crf_components(nlp, NER_SCHEMES)
+        if ner not in found:
+            pipe: Any = nlp.get_pipe(ner) if ner in nlp.pipe_names else None
+            what = "no component of the pipeline" if pipe is None else f"a {type(pipe).__name__}"
+            what += f" with scheme {pipe.scheme!r}" if hasattr(pipe, "scheme") else ""
+            raise ValueError(
+                f"[{name}] ner {ner!r} is {what}, not a crf_tagger with scheme 'bio' or 'bioes' (those: {found})"
+            )
         self.tagger: Any = nlp.get_pipe(ner)  # a CRFTagger
 
     def __call__(self, doc: Doc) -> Doc:

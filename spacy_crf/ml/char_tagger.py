@@ -259,6 +259,11 @@ class CharTagger:
         if not isinstance(fields, dict) or fields.get("format") != FORMAT:
             raise ValueError(f"char tagger: not a saved {FORMAT}")
         try:
+            kinds = {"chars": list, "oov": int, "tags": list, "transitions": list, "normalise": dict, "meta": dict}
+            for key, kind in kinds.items():  # a hand-edited tagger.json: the field named, not a TypeError
+                if not isinstance(fields[key], kind):
+                    got = type(fields[key]).__name__
+                    raise ValueError(f"char tagger: the saved tagger's {key!r} is of type {got}, not {kind.__name__}")
             return cls(
                 model,
                 fields["chars"],

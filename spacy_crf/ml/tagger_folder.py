@@ -64,4 +64,4 @@ def _read_char_tagger(path, model_path, meta_path) -> CharTagger:
     try:
         return CharTagger.from_dict(model_path.read_bytes(), meta)
     except ValueError as e:
-        raise ValueError(f"char tagger {str(path)!r}: {e}") from None
+        raise ValueError(f"char tagger {str(path)!r}: {str(e).removeprefix('char tagger: ')}") from None

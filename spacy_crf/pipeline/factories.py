@@ -144,6 +144,11 @@ def make_crf_tagger(
         )
     if on_nonfinite not in ("raise", "skip"):
         raise ValueError(f"[{name}] on_nonfinite must be 'raise' or 'skip', not {on_nonfinite!r}.")
+    # a negative budget would predict every doc alone, silently: refused here, not at the first batch
+    if isinstance(max_batch_items, bool) or not isinstance(max_batch_items, int) or max_batch_items < 0:
+        raise ValueError(
+            f"[{name}] max_batch_items must be a whole number >= 0 (0: no sub-batches), not {max_batch_items!r}."
+        )
     pipe = CRFTagger(
         nlp.vocab,
         model,

@@ -68,11 +68,13 @@ class TrainableHead(GuardedUpdate, TrainablePipe):
         on the way leaves ``path`` as it was). What ``exclude`` leaves out
         is kept from the directory there was."""
         self._validate_serialization_attrs()
+        path = Path(path)
+        if path.exists() and not path.is_dir():  # the swap below would move the user's file aside, silently
+            raise ValueError(f"[{self.name}] cannot save to {str(path)!r}: it is a file, and a pipe saves a directory.")
         extra = {
             name: (lambda p, text=text: p.write_text(text(), encoding="utf8"))
             for name, text in self._extra_files().items()
         }
-        path = Path(path)
         with atomic_dir(path) as tmp:
             load_checks.save_to_disk(self, tmp, exclude, extra)
             for name in exclude:
