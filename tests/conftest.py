@@ -60,7 +60,7 @@ def tiny_ner_pipeline(tiny_bert_dir):
 
 def hf_model(nlp):
     """The Hugging Face model inside ``nlp``'s (first) torch shim."""
-    from spacy_crf.training.freeze import torch_shims
+    from spacy_crf._compat import torch_shims
 
     return next(shim._model for _, shim in torch_shims(nlp))
 

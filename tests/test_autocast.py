@@ -16,10 +16,9 @@ from conftest import hf_model, tiny_ner_pipeline
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
-from spacy_crf._compat import cpu_runs_bfloat16_natively
+from spacy_crf._compat import cpu_runs_bfloat16_natively, torch_shims
 from spacy_crf.training import autocast
 from spacy_crf.training.autocast import CPUAutocastShim, as_float32, cpu_autocast
-from spacy_crf.training.freeze import torch_shims
 
 LAYER = "encoder.layer.0.attention.self.query"
 

@@ -5,7 +5,8 @@ import spacy
 from _configs import WORDS
 from spacy.tokens import Doc, DocBin
 
-from crf_project.baselines import bmes_tags, create_bmes_tag_corpus_reader, word_offsets_from_tags, words_from_tags
+from crf_project.baselines import bmes_tags, create_bmes_tag_corpus_reader, words_from_tags
+from spacy_crf.pipeline.scorers import word_offsets_from_tags
 
 
 def word_doc(vocab, words):

@@ -10,7 +10,7 @@ from thinc.api import Config
 
 from spacy_crf.corpora import JointCorpus
 from spacy_crf.doc_keys import NO_GOLD_WORDS, has_gold_words
-from spacy_crf.pipeline.crf_tagger import bmes_gold
+from spacy_crf.pipeline.gold_tags import bmes_gold
 from spacy_crf.pipeline.scorers import score_words
 
 WORDS = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"]]

@@ -11,10 +11,10 @@ from spacy.attrs import ENT_IOB, ENT_TYPE
 from spacy.language import Language
 from spacy.tokens import Doc, Span, SpanGroup
 
+from spacy_crf.pipeline.merge_batch import MergeWordsError
 from spacy_crf.pipeline.merge_words import (
     CHAR_OFFSETS,
     MergeWords,
-    MergeWordsError,
     char_entities,
     merge_docs,
     merge_words,

@@ -8,7 +8,8 @@ from spacy.tokens import Doc, Span
 from spacy.training import Example
 
 from spacy_crf.ml.schemes import is_valid
-from spacy_crf.pipeline.crf_tagger import CRFTagger, bmes_gold
+from spacy_crf.pipeline.crf_tagger import CRFTagger
+from spacy_crf.pipeline.gold_tags import bmes_gold
 from spacy_crf.training.optimizers import grouped_adam
 
 SEG_DATA = [["我", "在", "北京", "工作"], ["张三", "去", "上海"], ["今天", "天气", "好"], ["李四", "住", "广州"]]
@@ -123,7 +124,7 @@ def test_empty_whitespace_and_batch_edge_cases(ner_nlp):
 
 
 def test_batch_by_length_groups_sorted_indices_within_the_budget():
-    from spacy_crf.pipeline.crf_tagger import batch_by_length
+    from spacy_crf.util import batch_by_length
 
     lengths = [5, 1, 9, 1, 3, 20]
     groups = batch_by_length(lengths, max_items=10)
@@ -443,7 +444,7 @@ def test_a_nonfinite_loss_raises_naming_the_component_and_the_batch():
         ValueError, match=r"\[crf_ner\] the loss is (nan|inf).*4 docs starting with '我在北京工作'"
     ) as info:
         nlp.update(examples, sgd=optimizer)
-    from spacy_crf.pipeline.crf_tagger import NonFiniteError
+    from spacy_crf.pipeline.load_checks import NonFiniteError
 
     assert isinstance(info.value, NonFiniteError) and "on_nonfinite" in str(info.value)
     after = _params(pipe)
@@ -782,8 +783,6 @@ def test_a_save_without_the_tag_order_loads_with_a_warning(ner_nlp, tmp_path):
 
 def test_a_diverging_crf_loss_warns_once():
     import warnings
-
-    from spacy_crf.optimizers import grouped_adam
 
     nlp = spacy.blank("zh")
     nlp.add_pipe("crf_tagger", config={"scheme": "bio", "model": crf_model_config()})

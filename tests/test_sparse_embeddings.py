@@ -15,7 +15,7 @@ from conftest import hf_model, tiny_ner_pipeline
 from spacy.util import fix_random_seed, registry
 from thinc.api import Config
 
-from spacy_crf.training.freeze import torch_shims
+from spacy_crf._compat import torch_shims
 from spacy_crf.training.optimizers import grouped_adam
 from spacy_crf.training.sparse_embeddings import SparseRowsShim, sparse_embeddings
 

@@ -29,7 +29,7 @@ from spacy.training import Example
 
 from spacy_crf.corpora import CharCorpus
 from spacy_crf.ml.schemes import position_tag
-from spacy_crf.pipeline.scorers import word_offsets_from_tags  # noqa: F401 (re-exported: evaluate.py, tests)
+from spacy_crf.pipeline.scorers import word_offsets_from_tags
 
 
 def bmes_tags(predicted: Doc, reference: Doc) -> List[str]:

@@ -21,7 +21,8 @@ from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from spacy.training import Example
 
-from spacy_crf.pipeline.scorers import has_gold_words, predicted_words, reference_words
+from spacy_crf.doc_keys import has_gold_words
+from spacy_crf.pipeline.scorers import predicted_words, reference_words
 
 LENGTHS = ("1", "2", "3", "4+")
 KINDS = ("han", "digits_latin", "other")

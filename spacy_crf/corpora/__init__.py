@@ -54,7 +54,7 @@ Formats (``fmt`` of :func:`convert_corpus`):
     ``{"text": ..., "label": {TYPE: {MENTION: [[start, end_inclusive], ...]}}}``.
 """
 
-from .base import CorpusFormatError, CorpusWarning, PathLike, char_tokenizer, doc_source
+from .base import CorpusFormatError, CorpusWarning, PathLike, char_tokenizer
 from .char_tags import read_char_bio, read_char_bmes, read_weibo
 from .cluener import MENTIONS_KEY, read_cluener
 from .convert import FORMATS, convert_corpus, corpus_counts, read_corpus
@@ -82,7 +82,6 @@ __all__ = [
     "corpus_counts",
     "create_char_corpus_reader",
     "create_joint_corpus_reader",
-    "doc_source",
     "read_char_bio",
     "read_char_bmes",
     "read_cluener",

@@ -12,7 +12,7 @@ from spacy.lang.zh import ChineseTokenizer
 from spacy.tokens import Doc, Span
 from spacy.vocab import Vocab
 
-from ..doc_keys import SOURCE_KEY, doc_source  # noqa: F401 (re-exported)
+from ..doc_keys import SOURCE_KEY
 
 PathLike = Union[str, Path]
 

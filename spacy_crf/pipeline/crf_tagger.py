@@ -67,16 +67,15 @@ from ..ml.schemes import (
 )
 from ..ml.tagger_features import initialize_tagger
 from ..ml.transitions import TransitionTable
-from ..util import batch_by_length  # noqa: F401 (batch_by_length: API)
+from ..util import batch_by_length
 from . import confidence as _confidence
 from . import forced_tags as forced
 from . import nbest as _nbest
 from . import user_dict as _user_dict
 from . import user_dict_decoding as _decoding
-from .gold_tags import UNKNOWN, bmes_gold, gold_tag_ids  # noqa: F401 (bmes_gold, UNKNOWN: API)
-from .guarded_update import ON_NONFINITE, check_on_nonfinite  # noqa: F401 (ON_NONFINITE: API)
+from .gold_tags import gold_tag_ids
+from .guarded_update import check_on_nonfinite
 from .lexicon import Lexicon, set_lexicon
-from .load_checks import NonFiniteError  # noqa: F401 (part of this module's API)
 from .scorers import score_crf_tagger
 from .span_arrays import write_words
 from .trainable_head import TrainableHead

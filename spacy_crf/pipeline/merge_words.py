@@ -64,11 +64,9 @@ from spacy.util import minibatch
 
 from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
-from .merge_batch import (  # noqa: F401 (MergeWordsError, ENTITY_POLICIES: this module's API)
+from .merge_batch import (
     CHAR_OFFSETS,
     DEFAULT_UNALIGNED_ENTS_KEY,
-    ENTITY_POLICIES,
-    MergeWordsError,
     _check_config,
     merge_docs,
 )

@@ -17,7 +17,7 @@ from spacy.training import Example
 from spacy.util import registry
 
 from ..corpora.sighan import read_word_set
-from ..doc_keys import DEFAULT_SPAN_KEY, DEFAULT_SPANS_KEY, NO_GOLD_WORDS, has_gold_words  # noqa: F401 (re-exported)
+from ..doc_keys import DEFAULT_SPAN_KEY, DEFAULT_SPANS_KEY, has_gold_words
 from ..ml.schemes import BMES_TAGS, tags_to_spans
 
 

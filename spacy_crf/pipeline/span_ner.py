@@ -40,7 +40,7 @@ from ..ml import span_model
 from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
 from .forced_tags import preset_entity_tokens
 from .guarded_update import check_on_nonfinite
-from .scorers import make_span_scorer, score_span_ner  # noqa: F401 (their home before; the default scorer)
+from .scorers import score_span_ner
 from .trainable_head import TrainableHead
 
 #: the default longest span, in tokens: the longest entity of the project's

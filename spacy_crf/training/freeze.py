@@ -26,7 +26,7 @@ from spacy.language import Language
 from spacy.util import registry
 from thinc.shims import PyTorchShim
 
-from .._compat import torch_module, torch_shims  # noqa: F401 (torch_shims: was public here)
+from .._compat import torch_module, torch_shims
 
 
 def matching_parameters(nlp: Language, patterns: Sequence[str], who: str) -> List[Tuple[str, PyTorchShim, str, Any]]:

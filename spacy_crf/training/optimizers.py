@@ -18,12 +18,9 @@ from thinc.optimizers import ADAM_DEFAULTS, SGD_DEFAULTS, FloatOrSeq
 from thinc.types import FloatsXd
 
 from .lazy_rows import LazyRowsOptimizer
-from .param_groups import (  # noqa: F401 (re-exported: their home before)
+from .param_groups import (
     _CHECKED_SETTINGS,
-    CRF_GROUP,
-    CRF_PATTERNS,
     DEFAULT_LAYER_PATTERN,
-    EMISSION_PATTERNS,
     KeyT,
     ParamGroup,
     ParamGroupError,
