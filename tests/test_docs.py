@@ -244,3 +244,89 @@ def test_the_training_page_gives_the_smoke_run_ci_runs():
     page = (DOCS / "training.md").read_text(encoding="utf8")
     at = page.index("spacy project run all project --vars.data_dir=../shared/data --vars.profile=smoke")
     assert _vars(page[at : page.index("```", at)]) == _vars(ci_smoke)
+
+
+# --- docs/refusals.md: what each entry point refuses, and the test of each -----------------------------------------
+
+REFUSALS_HEADER = ["bad input", "refused when", "the message names", "test"]
+TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)(?:\[[^\]`]*\])?`")
+
+
+def _refusal_tables(text: str):
+    """{heading: [rows]} of every table on the page, a row as its cells, the header left out."""
+    tables: dict = {}
+    heading = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        elif line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            rows = tables.setdefault(heading, [])
+            if cells != REFUSALS_HEADER:
+                rows.append(cells)
+    return tables
+
+
+def _refusal_problems(text: str, commands, factories):
+    """What is wrong with the page: a table whose columns are not the four, a row
+    that names no test or a test that does not exist, a command or factory
+    without a table of its own."""
+    problems = []
+    tables = _refusal_tables(text)
+    for heading, rows in tables.items():
+        for cells in rows:
+            if len(cells) != len(REFUSALS_HEADER):
+                problems.append(f"{heading}: row {cells[0]!r} has {len(cells)} cells, not {len(REFUSALS_HEADER)}")
+                continue
+            found = TEST_REFERENCE.findall(cells[-1])
+            if not found or TEST_REFERENCE.sub("", cells[-1]).strip(" ,"):
+                problems.append(f"{heading}: row {cells[0]!r}: the test cell is not `tests/FILE.py::test_NAME`, ...")
+            for path, name in found:
+                file = ROOT / path
+                if not file.is_file():
+                    problems.append(f"{heading}: row {cells[0]!r} names {path}, which does not exist")
+                elif not re.search(rf"^def {name}\(", file.read_text(encoding="utf8"), re.M):
+                    problems.append(f"{heading}: row {cells[0]!r} names {path}::{name}, which is not defined there")
+    with_rows = [heading for heading, rows in tables.items() if rows]
+    for command in commands:
+        if not any(f"`spacy crf {command}`" in heading for heading in with_rows):
+            problems.append(f"the command `spacy crf {command}` has no table")
+    for factory in factories:
+        if not any(f"`{factory}`" in heading for heading in with_rows):
+            problems.append(f"the factory `{factory}` has no table")
+    return problems
+
+
+def _commands():
+    import typer.main
+
+    from spacy_crf.cli import app
+
+    return sorted(typer.main.get_command(app).commands)
+
+
+def test_every_refusal_names_a_test_that_exists_and_every_command_and_factory_has_a_table():
+    text = (DOCS / "refusals.md").read_text(encoding="utf8")
+    assert len(_commands()) >= 8 and "annotate" in _commands()
+    assert _refusal_problems(text, _commands(), sorted(_package_factories())) == []
+    assert sum(len(rows) for rows in _refusal_tables(text).values()) >= 100
+    assert "(docs/refusals.md)" in (ROOT / "README.md").read_text(encoding="utf8")
+
+
+def test_the_refusals_check_finds_a_missing_test_and_a_command_without_a_table():
+    text = (DOCS / "refusals.md").read_text(encoding="utf8")
+    row = "| an unknown `scheme` | at construction |"
+    assert row in text
+    broken = text.replace("### `spacy crf speed`", "### speed").replace(
+        "`tests/test_pipe.py::test_initialize_with_labels_that_do_not_fit_the_scheme` |\n| a scheme",
+        "`tests/test_pipe.py::test_no_such_test` |\n| a scheme",
+    )
+    broken += "\n| a row | at load | nothing | `tests/test_nowhere.py::test_x[a-b]` |\n| a row | at load | the test | none |\n"
+    problems = _refusal_problems(broken, _commands(), sorted(_package_factories()))
+    assert problems == [
+        "`crf_tagger`, `crf_ner`, `crf_segmenter`: row 'an unknown `scheme`' names "
+        "tests/test_pipe.py::test_no_such_test, which is not defined there",
+        "User dictionaries: row 'a row' names tests/test_nowhere.py, which does not exist",
+        "User dictionaries: row 'a row': the test cell is not `tests/FILE.py::test_NAME`, ...",
+        "the command `spacy crf speed` has no table",
+    ], problems
