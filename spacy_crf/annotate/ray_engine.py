@@ -85,8 +85,6 @@ class RayAnnotator:
         batch_size: int = 64,
         sort_buffer: int = 0,
     ) -> None:
-        import spacy_crf  # noqa: F401  (registers the factories in the worker)
-
         set_threads(threads)
         self.nlp = load_pipeline(pipeline, confidence, gpu)
         # this process only annotates: the pipeline stays frozen for its life

@@ -4,7 +4,7 @@
   bad one fails in a line naming it, before a pipeline is loaded or Ray is
   started.
 * **Paths** (``check_paths``): the package's rule
-  (:func:`spacy_crf.util.check_output_paths`): no output is an input shard
+  (:func:`spacy_crf.files.check_output_paths`): no output is an input shard
   (also through ``..``, a symlink or a hard link), lies in the pipeline
   folder or is another output, and an output folder holds no input shard.
 * **Own files**: ``annotate`` overwrites only files it wrote. For each file it
