@@ -29,7 +29,7 @@ from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
 from ..util import flat_rows, install_fork_hook, matmul, split_rows
-from . import crf, fast_align, viterbi_numpy
+from . import context_fusion, crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from . import tagger_features as tagfeat
 from .schemes import TransitionMask
@@ -49,6 +49,7 @@ def build_crf_tagger(
     use_start_end: bool = True,
     lexicon_width: int = 0,
     tagger_features: Optional[Model[List[Doc], List[Floats2d]]] = None,
+    fusion: Optional[Model[List[Floats2d], List[Floats2d]]] = None,
 ) -> Model[List[Doc], List[Floats2d]]:
     """Token features -> linear emission scores -> linear-chain CRF.
 
@@ -63,6 +64,10 @@ def build_crf_tagger(
         to the tok2vec output; 0 (default): none, the model of before.
     tagger_features: a ``spacy_crf.TaggerFeatures.v1`` layer (:mod:`.tagger_features`)
         appended after the lexicon features; None (default): none.
+    fusion: a ``spacy_crf.ContextFusion.v1`` layer (:mod:`.context_fusion`)
+        between the features (tok2vec, lexicon, tagger) and the emission
+        layer: a contextual mix of them beside them; None (default): none,
+        the features go straight to the emission layer.
     """
     if isinstance(lexicon_width, bool) or not isinstance(lexicon_width, int) or lexicon_width < 0:
         raise ValueError(
@@ -75,9 +80,12 @@ def build_crf_tagger(
         raise ValueError(
             f"spacy_crf.CRFTagger.v1: tagger_features is a {tagger_features.name!r} layer, not TaggerFeatures"
         )
+    if fusion is not None and fusion.name != context_fusion.REF:
+        raise ValueError(f"spacy_crf.CRFTagger.v1: fusion is a {fusion.name!r} layer, not ContextFusion")
     features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None
     extra = [layer for layer in (features, tagger_features) if layer is not None]
-    layers = [lexfeat.with_lexicon_features(tok2vec, *extra) if extra else tok2vec, emissions]
+    layers: List[Model] = [lexfeat.with_lexicon_features(tok2vec, *extra) if extra else tok2vec]
+    layers += [fusion, emissions] if fusion is not None else [emissions]
     if use_crf:
         layers.append(CRF(nO=nO, use_start_end=use_start_end))
     model: Model[List[Doc], List[Floats2d]] = chain(*layers)
@@ -87,6 +95,8 @@ def build_crf_tagger(
         model.set_ref(lexfeat.REF, features)
     if tagger_features is not None:
         model.set_ref(tagfeat.REF, tagger_features)
+    if fusion is not None:
+        model.set_ref(context_fusion.REF, fusion)
     if use_crf:
         model.set_ref("crf", layers[-1])
     model.attrs["use_crf"] = use_crf
@@ -388,7 +398,8 @@ def marginals(
 def is_initialized(model: Model) -> bool:
     """Whether the model's output layers have their weights, and its lexicon
     features their dictionary (``initialize`` ran or weights were loaded)."""
-    layers = [model.get_ref(ref) for ref in ("emissions", "crf", lexfeat.REF, tagfeat.REF) if model.has_ref(ref)]
+    refs = ("emissions", "crf", lexfeat.REF, tagfeat.REF, context_fusion.REF)
+    layers = [model.get_ref(ref) for ref in refs if model.has_ref(ref)]
     if model.has_ref(lexfeat.REF) and not lexfeat.has_lexicon(model.get_ref(lexfeat.REF)):
         return False
     if model.has_ref(tagfeat.REF) and not tagfeat.has_tagger(model.get_ref(tagfeat.REF)):

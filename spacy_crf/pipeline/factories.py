@@ -41,6 +41,7 @@ use_crf = true
 use_start_end = true
 lexicon_width = 0
 tagger_features = null
+fusion = null
 
 [model.tok2vec]
 @architectures = "spacy.HashEmbedCNN.v2"

@@ -8,9 +8,10 @@ scale away). So the optimizer itself decides the scale, from the parameter's
 key ``(node_id, param_name)``: each group is a list of glob patterns matched
 against ``param_name``. No global state is involved: the CRF layers name
 their parameters ``crf_transitions``, ``crf_start``, ``crf_end`` and
-``crf_emission_W``/``crf_emission_b`` (and ``lexicon_projection_W``/``_b``,
-grouped with the emissions), and transformer parameters keep their
-Hugging Face names (``encoder.layer.3.attention.self.query.weight``).
+``crf_emission_W``/``crf_emission_b`` (and ``lexicon_projection_W``/``_b``
+and the context fusion layer's ``fusion_*``, grouped with the emissions),
+and transformer parameters keep their Hugging Face names
+(``encoder.layer.3.attention.self.query.weight``).
 
 Decoupled weight decay (``L2_is_weight_decay``): thinc multiplies it by
 ``lr_scale``, so a 1000x CRF group would also decay 1000 times as fast and its
@@ -24,10 +25,12 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 CRF_GROUP = "crf"
 CRF_PATTERNS = ("crf_transitions", "crf_start", "crf_end")
-# The output layers trained from scratch: the emissions, and the projection of
-# the lexicon features that feeds them (spacy_crf.ml.lexicon_features), which
-# learns as fast as they do.
-EMISSION_PATTERNS = ("crf_emission_*", "lexicon_projection_*")
+# The output layers trained from scratch: the emissions, and what feeds them
+# and learns as fast as they do: the projection of the lexicon features
+# (spacy_crf.ml.lexicon_features) and the context fusion layer
+# (spacy_crf.ml.context_fusion). crf_includes_emissions moves them all into
+# `crf`; without it they train at the base rate, the encoder's.
+EMISSION_PATTERNS = ("crf_emission_*", "lexicon_projection_*", "fusion_*")
 # Hugging Face BERT-style layer names; other architectures can pass their own.
 DEFAULT_LAYER_PATTERN = r"(?:^|\.)(?:encoder\.)?layers?\.(\d+)\."
 
