@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config
+from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config, write_ner_training_files
+from conftest import load_script
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from thinc.api import Linear, NumpyOps
@@ -219,3 +220,26 @@ def test_the_joint_recipe_trains_with_the_layer_on_both_heads(tiny_bert_dir, tin
         assert all(init.isfinite(layer.get_param(p)).all() for p in layer.param_names)
     doc = trained("张三去上海工作")
     assert doc.text == "张三去上海工作"
+
+
+def test_the_cost_benchmark_times_the_layer_beside_the_model_without_it(tiny_bert_dir, tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    config, corpus = write_ner_training_files(tiny_bert_dir, tmp_path)
+    bench = load_script(ROOT / "scripts" / "bench_fusion.py")
+    assert bench.fusion_overrides(config, "8x2", 1) == {
+        "components.crf_tagger.model.fusion": {**FUSION, "width": 8, "depth": 2}
+    }
+    with pytest.raises(SystemExit, match="WIDTHxDEPTH"):
+        bench.fusion_overrides(config, "wide", 1)
+    args = ["--texts", str(corpus), "--variants", "off,8x1", "--steps", "1", "--warmup", "0", "--repeats", "1"]
+    args += ["--output", str(tmp_path / "bench.json"), "--paths.train", str(corpus), "--paths.dev", str(corpus)]
+    monkeypatch.setattr(sys, "argv", ["bench_fusion.py", str(config), *args])
+    bench.main()
+    variants = json.loads((tmp_path / "bench.json").read_text())["variants"]
+    assert list(variants) == ["off", "8x1"]
+    assert variants["off"]["fusion_share_of_step"] == variants["off"]["fusion_share_of_predict"] == 0
+    assert 0 < variants["8x1"]["fusion_share_of_step"] < 1 and 0 < variants["8x1"]["fusion_share_of_predict"] < 1
+    assert variants["off"]["step_ratio"] == variants["off"]["predict_ratio"] == 1
+    assert "8x1" in capsys.readouterr().out
