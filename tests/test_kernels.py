@@ -16,7 +16,7 @@ def test_the_kernels_are_built():
     # pip builds them at install; without them prediction falls back to the
     # pure-Python paths, correct but slower, and the comparisons below
     # would compare those paths with themselves.
-    assert kernels.built() == {"viterbi": True, "word_trie": True, "pooling": True}
+    assert kernels.built() == {"viterbi": True, "nbest": True, "partition": True, "word_trie": True, "pooling": True}
 
 
 def test_the_environment_switch_turns_the_kernels_off(monkeypatch):

@@ -66,19 +66,25 @@ def _brute_force(scores, transitions, start, end, constraints, mask):
     return found
 
 
-def _torch_log_z(scores, transitions, start, end, constraints, mask):
-    """log Z of one doc by crf.log_partition, over the allowed paths."""
-    emissions = torch.from_numpy(scores[None])
+def _torch_log_z(scores, transitions, start, end, constraints, mask, temperature=1.0):
+    """log Z of one doc by crf.log_partition, over the allowed paths, every score divided by ``temperature``."""
+    emissions = torch.from_numpy(scores[None] / numpy.float32(temperature))
     tag_mask = None if mask is None else torch.from_numpy(numpy.asarray(mask, dtype=bool)[None])
     limits = (
         None if constraints is None else crf.Constraints(*(torch.from_numpy(numpy.asarray(m)) for m in constraints))
     )
-    t, s, e = crf.constrain(torch.from_numpy(transitions), torch.from_numpy(start), torch.from_numpy(end), limits)
+    t, s, e = (torch.from_numpy(a / numpy.float32(temperature)) for a in (transitions, start, end))
+    t, s, e = crf.constrain(t, s, e, limits)
     return float(crf.log_partition(emissions, None, t, s, e, tag_mask=tag_mask)[0])
 
 
+#: each test of the maths runs the compiled kernels and the numpy list Viterbi
+WAYS = pytest.mark.parametrize("use_numpy", [False, True], ids=["compiled", "numpy"])
+
+
+@WAYS
 @pytest.mark.parametrize("seed", range(16))
-def test_nbest_equals_the_brute_force_top_k(seed):
+def test_nbest_equals_the_brute_force_top_k(seed, use_numpy):
     rng = numpy.random.default_rng(seed)
     num_tags = int(rng.integers(1, 5))
     lengths = rng.integers(0, 7, size=int(rng.integers(1, 6)))  # padding: rows of different lengths
@@ -86,7 +92,10 @@ def test_nbest_equals_the_brute_force_top_k(seed):
     case = _lattice(rng, num_tags, lengths, ties=ties, constrained=seed % 3 != 0, masked=seed % 2 == 0)
     scores, transitions, start, end, constraints, tag_masks = case
     k = int(rng.integers(1, 9))
-    results = nbest.decode(scores, transitions, start, end, k, constraints, tag_masks)
+    T = [1.0, 0.5, 2.5][seed % 3]  # the probabilities' temperature; the paths do not depend on it
+    results = nbest.decode(
+        scores, transitions, start, end, k, constraints, tag_masks, temperature=T, use_numpy=use_numpy
+    )
     assert len(results) == len(scores)
     for i, result in enumerate(results):
         if lengths[i] == 0:
@@ -108,24 +117,25 @@ def test_nbest_equals_the_brute_force_top_k(seed):
             if distinct:
                 assert tuple(path) == expected[rank][1]
         if len(expected):
-            total = sum(numpy.exp(s) for s, _ in every)
+            total = sum(numpy.exp(s / T) for s, _ in every)  # every allowed path, at T
             numpy.testing.assert_allclose(
-                result.probabilities, numpy.exp(result.scores.astype(float)) / total, rtol=1e-4
+                result.probabilities, numpy.exp(result.scores.astype(float) / T) / total, rtol=1e-4
             )
-            log_z = _torch_log_z(scores[i], transitions, start, end, constraints, mask)
+            log_z = _torch_log_z(scores[i], transitions, start, end, constraints, mask, T)
             numpy.testing.assert_allclose(
-                result.probabilities, numpy.exp(result.scores.astype(float) - log_z), rtol=1e-4
+                result.probabilities, numpy.exp(result.scores.astype(float) / T - log_z), rtol=1e-4
             )
-            assert result.probabilities.sum() <= 1 + 1e-6
+            assert result.probabilities.sum() <= 1 + 1e-5  # (float32 sums, and the kernel's float32 exp)
             assert numpy.all(numpy.diff(result.scores) <= 0)
             if k >= len(every):
                 assert result.probabilities.sum() == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.parametrize("use_numpy", [True, False], ids=["numpy", "compiled"])
+@WAYS
+@pytest.mark.parametrize("viterbi_numpy_search", [True, False], ids=["numpy", "compiled"])
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("num_tags,batch_size", [(4, 1), (4, 37), (9, 20), (17, 12)])
-def test_the_first_path_is_the_viterbi_path(seed, num_tags, batch_size, use_numpy):
+def test_the_first_path_is_the_viterbi_path(seed, num_tags, batch_size, viterbi_numpy_search, use_numpy):
     rng = numpy.random.default_rng(seed)
     lengths = rng.integers(0, 30, size=batch_size)
     lengths[0] = max(int(lengths[0]), 1)
@@ -136,8 +146,12 @@ def test_the_first_path_is_the_viterbi_path(seed, num_tags, batch_size, use_nump
     tag_masks[0] = None
     if seed % 3 == 0:
         start = end = None
-    viterbi = viterbi_numpy.decode(scores, transitions, start, end, constraints, tag_masks, use_numpy=use_numpy)
-    results = nbest.decode(scores, transitions, start, end, 3, constraints, tag_masks, probabilities=False)
+    viterbi = viterbi_numpy.decode(
+        scores, transitions, start, end, constraints, tag_masks, use_numpy=viterbi_numpy_search
+    )
+    results = nbest.decode(
+        scores, transitions, start, end, 3, constraints, tag_masks, probabilities=False, use_numpy=use_numpy
+    )
     checked = 0
     for path, result in zip(viterbi, results):
         if len(result.paths):  # (none where the masks and the constraints allow no path)
@@ -146,35 +160,42 @@ def test_the_first_path_is_the_viterbi_path(seed, num_tags, batch_size, use_nump
     assert checked
 
 
-def test_k_larger_than_the_paths_there_are():
+@WAYS
+def test_k_larger_than_the_paths_there_are(use_numpy):
     scores = [numpy.zeros((2, 2), dtype="float32"), numpy.zeros((1, 2), dtype="float32")]
     transitions = numpy.zeros((2, 2), dtype="float32")
-    results = nbest.decode(scores, transitions, None, None, 10)
+    results = nbest.decode(scores, transitions, None, None, 10, use_numpy=use_numpy)
     assert [len(r.paths) for r in results] == [4, 2]
     numpy.testing.assert_allclose([r.probabilities.sum() for r in results], [1.0, 1.0])
     numpy.testing.assert_allclose(results[0].probabilities, 0.25)
     allowed = numpy.array([[True, True], [False, True]])  # 1 -> 0 forbidden
     constraints = (allowed, numpy.array([True, True]), numpy.array([False, True]))  # must end in 1
-    results = nbest.decode(scores[:1], transitions, None, None, 10, constraints)
+    results = nbest.decode(scores[:1], transitions, None, None, 10, constraints, use_numpy=use_numpy)
     assert sorted(map(tuple, results[0].paths.tolist())) == [(0, 1), (1, 1)]
 
 
-def test_no_allowed_path_gives_no_paths():
+@WAYS
+def test_no_allowed_path_gives_no_paths(use_numpy):
     scores = [numpy.zeros((2, 2), dtype="float32")]
     constraints = (numpy.array([[True, False], [False, True]]), numpy.ones(2, bool), numpy.ones(2, bool))
     forced = numpy.array([[True, False], [False, True]])  # 0 then 1: a forbidden move
-    results = nbest.decode(scores, numpy.zeros((2, 2), "float32"), None, None, 5, constraints, [forced])
+    results = nbest.decode(
+        scores, numpy.zeros((2, 2), "float32"), None, None, 5, constraints, [forced], use_numpy=use_numpy
+    )
     assert results[0].paths.shape == (0, 2) and len(results[0].scores) == len(results[0].probabilities) == 0
 
 
-def test_empty_docs_and_batches():
+@WAYS
+def test_empty_docs_and_batches(use_numpy):
     transitions = numpy.zeros((3, 3), dtype="float32")
-    assert nbest.decode([], transitions, None, None, 5) == []
-    results = nbest.decode([numpy.zeros((0, 3), "float32")] * 2, transitions, None, None, 5)
+    assert nbest.decode([], transitions, None, None, 5, use_numpy=use_numpy) == []
+    results = nbest.decode([numpy.zeros((0, 3), "float32")] * 2, transitions, None, None, 5, use_numpy=use_numpy)
     assert [(r.paths.shape, r.scores.tolist(), r.probabilities.tolist()) for r in results] == [
         ((1, 0), [0.0], [1.0])
     ] * 2
-    mixed = nbest.decode([numpy.zeros((0, 3), "float32"), numpy.ones((2, 3), "float32")], transitions, None, None, 2)
+    mixed = nbest.decode(
+        [numpy.zeros((0, 3), "float32"), numpy.ones((2, 3), "float32")], transitions, None, None, 2, use_numpy=use_numpy
+    )
     assert mixed[0].paths.shape == (1, 0) and mixed[1].paths.shape == (2, 2)
 
 
@@ -182,6 +203,14 @@ def test_empty_docs_and_batches():
 def test_k_must_be_a_positive_integer(k):
     with pytest.raises(ValueError, match="k must be a positive integer"):
         nbest.decode([numpy.zeros((2, 2), "float32")], numpy.zeros((2, 2), "float32"), None, None, k)
+
+
+@pytest.mark.parametrize("temperature", [0, -1.0, float("nan"), float("inf"), True, "2"])
+def test_the_temperature_must_be_a_positive_number(temperature):
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        nbest.decode(
+            [numpy.zeros((2, 2), "float32")], numpy.zeros((2, 2), "float32"), None, None, 2, temperature=temperature
+        )
 
 
 @pytest.mark.parametrize("scale", [1, 10, 400])

@@ -1,8 +1,10 @@
 """The package's compiled kernels, and the one switch that turns them off.
 
-Three loops of prediction run in C (Cython modules built by pip at
+Five loops of prediction run in C (Cython modules built by pip at
 install): the Viterbi decoding of each doc over its own rows
 (``_viterbi.pyx``, behind :func:`spacy_crf.ml.viterbi_numpy.decode`), the
+n-best decoding and the log-partition of its probabilities (``_nbest.pyx``
+and ``_partition.pyx``, behind :func:`spacy_crf.ml.nbest.decode`), the
 dictionary matching of the lexicon features and the segmenter's prior
 (``_word_trie.pyx``, behind
 :meth:`spacy_crf.ml.lexicon_match.WordLexicon.match_arrays`) and the mean
@@ -11,6 +13,8 @@ pooling of the transformer's rows per token (``_pooling.pyx``, behind
 pure-Python path gives, to the bit: the numpy search, the pyahocorasick
 automaton and thinc's ``reduce_mean`` stay as the references the tests
 compare with, and as the fallback of a source tree that was never built.
+The n-best kernels are the exception: the same paths (among paths of equal
+score, maybe in another order) and the same ``log Z`` to float rounding.
 
 ``SPACY_CRF_PURE_PYTHON=1`` in the environment (or :func:`enabled` patched
 in a benchmark) runs the pure-Python paths with the kernels built. Where
@@ -28,12 +32,22 @@ import numpy
 PURE_PYTHON = "SPACY_CRF_PURE_PYTHON"
 
 decode_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray]]]
+nbest_flat: Optional[Callable[..., Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]]
+log_partition_flat: Optional[Callable[..., numpy.ndarray]]
 WordTrie: Optional[Any]
 mean_rows: Optional[Callable[..., None]]
 try:
     from ._viterbi import decode_flat
 except ImportError:  # pragma: no cover - CI builds it, and tests/test_kernels.py requires it
     decode_flat = None
+try:
+    from ._nbest import nbest_flat
+except ImportError:  # pragma: no cover - as above
+    nbest_flat = None
+try:
+    from ._partition import log_partition_flat
+except ImportError:  # pragma: no cover - as above
+    log_partition_flat = None
 try:
     from ._word_trie import WordTrie
 except ImportError:  # pragma: no cover - as above
@@ -56,7 +70,13 @@ def active(kernel: Optional[Any]) -> bool:
 
 def built() -> Dict[str, bool]:
     """Which kernels this installation has."""
-    return {"viterbi": decode_flat is not None, "word_trie": WordTrie is not None, "pooling": mean_rows is not None}
+    return {
+        "viterbi": decode_flat is not None,
+        "nbest": nbest_flat is not None,
+        "partition": log_partition_flat is not None,
+        "word_trie": WordTrie is not None,
+        "pooling": mean_rows is not None,
+    }
 
 
 def missing() -> List[str]:

@@ -1,38 +1,52 @@
-"""Exact n-best (k-best) Viterbi decoding in numpy: the ``k`` best tag paths
-of each doc, their scores and their probabilities.
+"""Exact n-best (k-best) decoding: the ``k`` best tag paths of each doc,
+their scores and their probabilities (:func:`decode`).
 
-The search is the list Viterbi algorithm: at each position and tag it keeps
+Where the compiled kernels are built (:mod:`.kernels`) they decode:
+``_nbest.pyx`` the paths (the 1-best's forward pass, then Lawler's
+partition from the end: a few short backtraces per path) and
+``_partition.pyx`` each doc's ``log Z``. Below is the pure-numpy path,
+their reference and fallback.
+
+Its search is the list Viterbi algorithm: at each position and tag it keeps
 the ``k`` best partial paths ending there (best first), and extends them by
 merging, for each tag, the ``K`` sorted lists "rank ``r`` of tag ``i`` plus
 the move ``i -> j``" into their top ``k``. Every array operation runs over
 the whole batch and all ``(tag, rank)`` candidates at once; the only Python
 loops are over the positions and over the ``k`` ranks of a merge.
 
-The first of the ``k`` is the Viterbi path exactly:
+The first of the ``k`` is the Viterbi path exactly, both ways:
 :func:`spacy_crf.ml.viterbi_numpy.best_paths` keeps, per tag, the maximum of
 the same float32 sums (``previous + transition``, then ``+ emission``), and
 takes the first maximum on a tie; the merge's first round takes the maximum
 of the same sums and, on a tie, the candidate of the smallest previous tag
 (rank 0 of a tag is never below its other ranks, so the first tie is a rank
 0). The other ranks follow in order of score; among equal scores the order
-is deterministic, but any of the tied paths may come first.
+is deterministic, but any of the tied paths may come first (the kernel's
+and the list Viterbi's may differ there).
 
 Forbidden moves and tags score ``IMPOSSIBLE`` as in :mod:`spacy_crf.ml.crf`,
 so a path that takes one scores about ``IMPOSSIBLE`` and is dropped from
 the result: a doc has fewer than ``k`` paths when fewer are allowed, and
 none when the tag masks and the constraints leave no path at all (where
 Viterbi returns the least bad one). An empty doc has one empty path, with
-score 0 and probability 1. A path's probability is ``exp(score - log Z)``,
-``log Z`` from the forward algorithm of :func:`spacy_crf.ml.crf.log_partition`
-over the same constrained scores.
+score 0 and probability 1. A path's probability at temperature ``T`` is
+``exp(score / T - log Z_T)``, ``log Z_T`` the forward algorithm's over the
+same constrained scores divided by ``T`` (:func:`log_partition` here, with
+:func:`spacy_crf.ml.crf.log_partition` as the reference); ``T = 1`` gives
+``P(path | doc)`` under the CRF.
 """
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 import torch
+from thinc.api import NumpyOps
 
-from . import crf, viterbi_numpy
+from ..util import flat_rows
+from . import crf, kernels, viterbi_numpy
+
+#: what :func:`spacy_crf.util.flat_rows` concatenates row blocks with where they are not one array's
+_NUMPY_OPS = NumpyOps()
 
 #: empty slots of a rank list (fewer than ``k`` partial paths so far)
 _EMPTY = numpy.float32(-numpy.inf)
@@ -271,6 +285,14 @@ def check_k(k) -> int:
     return int(k)
 
 
+def check_temperature(temperature) -> float:
+    """``temperature`` as a float; a ``ValueError`` unless it is a finite number > 0."""
+    number = isinstance(temperature, (int, float, numpy.number)) and not isinstance(temperature, bool)
+    if not number or not numpy.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"n-best decoding: the temperature must be a finite number > 0, got {temperature!r}")
+    return float(temperature)
+
+
 def decode(
     scores: Sequence[numpy.ndarray],
     transitions: numpy.ndarray,
@@ -280,28 +302,82 @@ def decode(
     constraints=None,
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]] = None,
     probabilities: bool = True,
+    temperature: float = 1.0,
+    use_numpy: bool = False,
 ) -> List[NBest]:
     """The ``k`` best allowed paths of each doc from its emission scores
     ``[n_i, K]``, as :func:`spacy_crf.ml.viterbi_numpy.decode` takes them
     (``constraints``: a :class:`~spacy_crf.ml.schemes.TransitionMask` or None;
     ``tag_masks``: per doc None or bool ``[n_i, K]``); the first is the path
     ``viterbi_numpy.decode`` gives, wherever a path is allowed.
-    ``probabilities``: also ``exp(score - log Z)`` (one forward pass)."""
+    ``probabilities``: also each path's ``exp(score / T - log Z_T)``, ``log
+    Z_T`` the log-partition with every score divided by ``temperature`` ``T``
+    (1: the CRF's own distribution; the paths do not depend on it). The
+    compiled kernels run where they are built (:mod:`.kernels`), unless
+    ``use_numpy`` asks for the list Viterbi above: the same paths, but among
+    paths of equal score maybe in another order."""
     k = check_k(k)
+    temperature = check_temperature(temperature)
     lengths = numpy.array([len(s) for s in scores], dtype=numpy.int64)
     num_tags = len(transitions)
     B, T = len(scores), int(lengths.max(initial=0))
-    tag_mask = viterbi_numpy.pad_tag_masks(tag_masks, B, T, num_tags)
+    kernels.warn_if_not_built()
+    compiled = kernels.active(kernels.nbest_flat) and kernels.active(kernels.log_partition_flat) and not use_numpy
+    if compiled:
+        flat_mask = viterbi_numpy.flat_tag_masks(tag_masks, lengths, T, num_tags)
+    else:
+        tag_mask = viterbi_numpy.pad_tag_masks(tag_masks, B, T, num_tags)
+    allowed = (None, None, None) if constraints is None else constraints
+    transitions = _constrained(transitions, allowed[0])
+    start = _constrained(numpy.zeros(num_tags) if start is None else start, allowed[1])
+    end = _constrained(numpy.zeros(num_tags) if end is None else end, allowed[2])
+    crf_scores = (transitions, start, end)
+    if compiled:
+        return _decode_compiled(scores, lengths, crf_scores, flat_mask, k, probabilities, temperature)
+    return _decode_numpy(scores, lengths, crf_scores, tag_mask, k, probabilities, temperature)
+
+
+def _decode_compiled(scores, lengths, crf_scores, flat_mask, k, probabilities, temperature) -> List[NBest]:
+    """:func:`decode` by the kernels, over the docs' rows as one flat array."""
+    offsets = numpy.zeros(len(lengths) + 1, dtype=numpy.int64)
+    numpy.cumsum(lengths, out=offsets[1:])
+    flat = numpy.ascontiguousarray(flat_rows(_NUMPY_OPS, scores), dtype=numpy.float32).reshape(-1, len(crf_scores[0]))
+    transitions, start, end = (numpy.ascontiguousarray(a, dtype=numpy.float32) for a in crf_scores)
+    paths, path_scores, counts = kernels.nbest_flat(flat, offsets, transitions, start, end, k, flat_mask)
+    probs = None
+    if probabilities:
+        log_z = kernels.log_partition_flat(flat, offsets, transitions, start, end, flat_mask, temperature)
+        with numpy.errstate(invalid="ignore", over="ignore"):  # (-inf - -inf past a doc's paths: not read)
+            probs = numpy.exp(path_scores / temperature - log_z[:, None])
+    kept = path_scores.astype(numpy.float32)
+    firsts, lasts = (offsets[:-1] * k).tolist(), (offsets[:-1] * k + counts * lengths).tolist()
+    # (a few hundred ns a doc, as much as a short doc's decoding: no slices where a doc has all k)
+    new = tuple.__new__
+    return [
+        new(NBest, (paths[a:b].reshape(m, n), s if m == k else s[:m], p if p is None or m == k else p[:m]))
+        for a, b, n, m, s, p in zip(
+            firsts, lasts, lengths.tolist(), counts.tolist(), kept, [None] * len(kept) if probs is None else probs
+        )
+    ]
+
+
+def _tempered(scores: numpy.ndarray, temperature: float) -> numpy.ndarray:
+    """The allowed ``scores`` divided by ``temperature`` (forbidden ones stay forbidden)."""
+    if temperature == 1.0:
+        return scores
+    return numpy.where(scores > FORBIDDEN_BELOW, scores / numpy.float32(temperature), scores).astype(numpy.float32)
+
+
+def _decode_numpy(scores, lengths, crf_scores, tag_mask, k, probabilities, temperature) -> List[NBest]:
+    """:func:`decode` by the list Viterbi and the scaled forward pass in numpy."""
+    transitions, start, end = crf_scores
+    num_tags, B, T = len(transitions), len(scores), int(lengths.max(initial=0))
     results: List[Optional[NBest]] = [None] * B
     for i in numpy.flatnonzero(lengths == 0).tolist():  # one empty path
         one = numpy.ones(1) if probabilities else None
         results[i] = NBest(numpy.zeros((1, 0), dtype=numpy.int64), numpy.zeros(1, dtype=numpy.float32), one)
     rows = numpy.flatnonzero(lengths > 0)
     if len(rows):
-        allowed = (None, None, None) if constraints is None else constraints
-        transitions = _constrained(transitions, allowed[0])
-        start = _constrained(numpy.zeros(num_tags) if start is None else start, allowed[1])
-        end = _constrained(numpy.zeros(num_tags) if end is None else end, allowed[2])
         emissions = numpy.zeros((T, num_tags, len(rows)), dtype=numpy.float32)
         for column, i in enumerate(rows.tolist()):
             emissions[: lengths[i], :, column] = scores[i]
@@ -314,9 +390,10 @@ def decode(
         if probabilities:  # (rows with no allowed path need none)
             some = found > 0
             some_emissions = emissions if some.all() else emissions[:, :, some]
-            log_z[some] = log_partition(some_emissions, row_lengths[some], transitions, start, end)
+            tempered = (_tempered(a, temperature) for a in (some_emissions, transitions, start, end))
+            log_z[some] = log_partition(next(tempered), row_lengths[some], *tempered)
         for column, (i, m) in enumerate(zip(rows.tolist(), found.tolist())):
             kept = path_scores[column, :m]
-            probs = numpy.exp(kept.astype(numpy.float64) - log_z[column]) if probabilities else None
+            probs = numpy.exp(kept.astype(numpy.float64) / temperature - log_z[column]) if probabilities else None
             results[i] = NBest(paths[column, :m, : lengths[i]], kept, probs)
     return results  # every row is filled above

@@ -125,7 +125,7 @@ def decode(
     kernels.warn_if_not_built()
     compiled = kernels.active(kernels.decode_flat) and not use_numpy
     if compiled:
-        flat_mask = _flat_tag_masks(tag_masks, lengths, T, num_tags)
+        flat_mask = flat_tag_masks(tag_masks, lengths, T, num_tags)
     else:
         tag_mask = pad_tag_masks(tag_masks, B, T, num_tags)
     if T == 0:
@@ -176,7 +176,7 @@ def best_paths(
     return path, best_score
 
 
-def _flat_tag_masks(
+def flat_tag_masks(
     tag_masks: Optional[Sequence[Optional[numpy.ndarray]]], lengths: numpy.ndarray, T: int, K: int
 ) -> Optional[numpy.ndarray]:
     """The per-doc masks of :func:`pad_tag_masks`, checked as there, as one
