@@ -13,6 +13,7 @@ from spacy.training import Example
 
 from spacy_crf.ml import crf, nbest, viterbi_numpy
 from spacy_crf.pipeline import nbest as pipe_nbest
+from spacy_crf.pipeline.confidence import set_temperature
 
 # --- the maths on small lattices ---------------------------------------------
 
@@ -318,6 +319,28 @@ def test_probabilities_sum_to_one_over_all_paths(segmenter):
     s_tag = pipe.tags.index("S")
     single_first = sum(p for p, words in found if words[0] == (0, 1))
     assert single_first == pytest.approx(float(marginals[0, s_tag]), abs=1e-4)
+
+
+def test_probabilities_use_the_pipes_calibration_temperature(segmenter):
+    nlp, pipe = segmenter
+    doc = nlp.make_doc("张三去")  # 3 characters: 4 segmentations, all of them among the 50 best
+    plain = pipe.predict_nbest([doc], k=50)[0]
+    s_tag = pipe.tags.index("S")
+    set_temperature(pipe, 2.5)
+    try:
+        tempered = pipe.predict_nbest([doc], k=50)[0]
+        marginals = pipe.predict_marginals([doc])[0]  # calibrated at the same T
+    finally:
+        set_temperature(pipe, 1.0)
+    assert [words for _, words in tempered] == [words for _, words in plain]  # the same analyses, in order
+    p1, pt = numpy.array([p for p, _ in plain]), numpy.array([p for p, _ in tempered])
+    # p_T(path) = exp(score / T) / Z_T, so p_T is p_1 ** (1 / T), normalised
+    numpy.testing.assert_allclose(pt, p1 ** (1 / 2.5) / (p1 ** (1 / 2.5)).sum(), rtol=1e-4)
+    assert pt.sum() == pytest.approx(1.0, abs=1e-5)
+    assert pt[0] < p1[0] and pt[-1] > p1[-1]  # T > 1 spreads the probability
+    single_first = sum(p for p, words in tempered if words[0] == (0, 1))
+    assert single_first == pytest.approx(float(marginals[0, s_tag]), abs=1e-4)
+    assert pipe.predict_nbest([doc], k=50)[0] == plain  # back at T = 1
 
 
 def test_preset_entities_and_forced_user_entries_are_kept(ner):

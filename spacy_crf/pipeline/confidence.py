@@ -14,7 +14,8 @@ its boundaries, so the confidence is about the exact span.
 calibration) divides the emissions, the transitions and the start and end
 scores before the forward-backward, so that every marginal the pipe reports
 (:meth:`~spacy_crf.pipeline.crf_tagger.CRFTagger.predict_marginals`, and the
-confidences built from it) is calibrated: ``T > 1`` makes them less sure,
+confidences built from it) is calibrated, and so are the probabilities of
+the n-best analyses (``predict_nbest``): ``T > 1`` makes them less sure,
 ``T < 1`` surer. Decoding never reads it: dividing every score of a path by
 the same ``T`` does not change which path scores best, so the predicted tags
 are those of ``T = 1``. It is fitted on held-out data by ``spacy crf

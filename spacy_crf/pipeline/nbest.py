@@ -8,9 +8,14 @@ user dictionary's priors included), the scheme's constraints and each doc's
 tag mask (whitespace, preset entities, forced user entries). The first
 analysis is what ``predict`` and ``set_annotations`` give. A path's
 probability is ``P(path | doc)`` under the CRF restricted to the allowed
-paths, so the probabilities of all allowed paths add up to 1 and those of
-the ``k`` best to at most 1 (up to float rounding); with the scheme's
-constraints no two paths give the same analysis.
+paths, calibrated as the marginals are by the pipe's temperature ``T``
+(``cfg["temperature"]``, :mod:`spacy_crf.pipeline.confidence`): every score
+divided by ``T`` before normalising, ``exp(score / T) / Z_T``, so ``T > 1``
+spreads the probability over more analyses, ``T < 1`` gathers it on the
+first, and the analyses and their order stay those of ``T = 1``. The
+probabilities of all allowed paths add up to 1 and those of the ``k`` best
+to at most 1 (up to float rounding); with the scheme's constraints no two
+paths give the same analysis.
 
 An analysis is what ``set_annotations`` would write for that path, in
 character offsets into ``doc.text``:
@@ -38,6 +43,7 @@ from spacy.tokens import Doc
 from ..ml import nbest
 from ..ml import tagger_model as crf_model
 from ..ml.schemes import bmes_word_bounds, entity_bounds, split_tag, tags_to_spans
+from .confidence import temperature
 from .forced_tags import preset_entity_tokens
 
 #: the ``doc.user_data`` key and the name of the Doc extension
@@ -64,8 +70,9 @@ def _empty_path() -> nbest.NBest:
 def nbest_paths(pipe, docs: Sequence[Doc], k: int, *, respect_preset: bool = True) -> List[nbest.NBest]:
     """The ``k`` best tag paths of each doc, with their scores and
     probabilities (:class:`spacy_crf.ml.nbest.NBest`), decoded as ``pipe.predict``
-    decodes; ``respect_preset=False`` ignores what the doc already says
-    (its entities), as ``predict_marginals`` does by default."""
+    decodes, the probabilities at the pipe's temperature; ``respect_preset=False``
+    ignores what the doc already says (its entities), as ``predict_marginals``
+    does by default."""
     if not pipe.model.attrs.get("use_crf", True):
         raise ValueError(f"[{pipe.name}] predict_nbest needs a CRF layer; this model has none (use_crf = false).")
     if not any(len(doc) for doc in docs):
@@ -75,7 +82,7 @@ def nbest_paths(pipe, docs: Sequence[Doc], k: int, *, respect_preset: bool = Tru
     scores = [ops.to_numpy(s) for s in pipe.emission_scores(list(docs))]
     transitions, start, end = crf_model.transition_scores(pipe.model)
     masks = pipe.tag_masks(docs, preset=respect_preset)
-    return nbest.decode(scores, transitions, start, end, k, pipe.constraints, masks)
+    return nbest.decode(scores, transitions, start, end, k, pipe.constraints, masks, temperature=temperature(pipe))
 
 
 def predict_nbest(pipe, docs: Sequence[Doc], k: int = 5, *, respect_preset: bool = True) -> List[List[Analysis]]:
