@@ -1,7 +1,7 @@
 """Time n-best decoding against the 1-best decoding of the CRF side, side by side.
 
     python scripts/bench_nbest.py [--docs 128] [--min-length 20] [--max-length 200]
-        [--ks 2,5,10] [--repeats 7] [--seed 0] [--out bench_nbest.json]
+        [--ks 2,5,10] [--repeats 7] [--seed 0] [--kernels] [--out bench_nbest.json]
 
 On random emission scores shaped like a tagger's batch (``--docs`` docs of
 ``--min-length`` to ``--max-length`` tokens, scaled as a trained tagger's),
@@ -14,7 +14,14 @@ turn, ``--repeats`` times:
   built);
 * ``1-best numpy``: the same with the numpy search (``use_numpy``);
 * ``k=K``: ``spacy_crf.ml.nbest.decode`` with each of ``--ks``, with the
-  probabilities (as ``predict_nbest`` asks), and ``k=K paths``: without.
+  probabilities (as ``predict_nbest`` asks), and ``k=K paths``: without
+  (the compiled n-best kernels where they are built);
+* ``k=K numpy``: the same with the numpy list Viterbi (``use_numpy``), with
+  the probabilities;
+* with ``--kernels``, the compiled kernels alone on the batch's flat rows
+  (where the time of the ways above goes): ``kernel 1-best``
+  (``decode_flat``), ``kernel k=K`` (``nbest_flat``) and ``kernel log Z``
+  (``log_partition_flat``); the rest of a way is its Python around them.
 
 Each way's first path must be the 1-best path of every doc, else the script
 exits 1. Reported per scheme: the median wall seconds per batch, tokens per
@@ -37,7 +44,7 @@ from bench_common import finish
 
 from spacy_crf.files import check_output_paths
 from spacy_crf.hardware import hardware
-from spacy_crf.ml import nbest, viterbi_numpy
+from spacy_crf.ml import crf, kernels, nbest, viterbi_numpy
 from spacy_crf.ml.schemes import make_tags, transition_mask
 from spacy_crf.util import check_number
 
@@ -74,17 +81,38 @@ def ways(case: Dict[str, Any], ks: List[int]) -> Dict[str, Callable[[], List[num
         found[f"k={k} paths"] = lambda k=k: [
             r.paths[0] for r in nbest.decode(*crf, k, constraints, probabilities=False)
         ]
+        found[f"k={k} numpy"] = lambda k=k: [r.paths[0] for r in nbest.decode(*crf, k, constraints, use_numpy=True)]
     return found
 
 
-def time_scheme(case: Dict[str, Any], ks: List[int], repeats: int) -> Dict[str, Any]:
-    calls = ways(case, ks)
+def kernel_ways(case: Dict[str, Any], ks: List[int]) -> Dict[str, Callable[[], Any]]:
+    """The compiled kernels alone, on the batch as the ways above hand it to them."""
+    allowed = case["constraints"]
+    moves, start, end = (
+        numpy.where(numpy.asarray(mask, dtype=bool), case[name], numpy.float32(crf.IMPOSSIBLE)).astype(numpy.float32)
+        for mask, name in zip(allowed, ("transitions", "start", "end"))
+    )
+    flat = numpy.concatenate(case["scores"])
+    offsets = numpy.concatenate([[0], numpy.cumsum([len(s) for s in case["scores"]])]).astype(numpy.int64)
+    found: Dict[str, Callable[[], Any]] = {
+        "kernel 1-best": lambda: kernels.decode_flat(flat, offsets, moves, start, end)
+    }
+    for k in ks:
+        found[f"kernel k={k}"] = lambda k=k: kernels.nbest_flat(flat, offsets, moves, start, end, k)
+    found["kernel log Z"] = lambda: kernels.log_partition_flat(flat, offsets, moves, start, end)
+    return found
+
+
+def time_scheme(case: Dict[str, Any], ks: List[int], repeats: int, with_kernels: bool = False) -> Dict[str, Any]:
+    calls: Dict[str, Callable[[], Any]] = {**ways(case, ks)}
+    for name in list(calls):  # warm up; every first path must be the 1-best path
+        if name != "1-best" and any((a != b).any() for a, b in zip(calls[name](), calls["1-best"]())):
+            sys.exit(f"{name}: a first path differs from the 1-best path")
+    if with_kernels:
+        calls.update(kernel_ways(case, ks))
     wall: Dict[str, List[float]] = {name: [] for name in calls}
     cpu: Dict[str, List[float]] = {name: [] for name in calls}
     names = list(calls)
-    for name in names:  # warm up; every first path must be the 1-best path
-        if name != "1-best" and any((a != b).any() for a, b in zip(calls[name](), calls["1-best"]())):
-            sys.exit(f"{name}: a first path differs from the 1-best path")
     for repeat in range(repeats):
         for name in names[:: 1 if repeat % 2 == 0 else -1]:  # in turn, both directions
             start_wall, start_cpu = time.perf_counter(), time.process_time()
@@ -129,6 +157,7 @@ def main() -> None:
     parser.add_argument("--ks", default="2,5,10", help="comma-separated k of the n-best ways")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kernels", action="store_true", help="also time the compiled kernels alone")
     parser.add_argument("--out", type=Path, default=Path("bench_nbest.json"))
     args = parser.parse_args()
     try:
@@ -150,7 +179,9 @@ def main() -> None:
         "ks": ks,
         "repeats": args.repeats,
         "seed": args.seed,
-        "schemes": {scheme: time_scheme(batch(rng, scheme, args), ks, args.repeats) for scheme in SCHEMES},
+        "schemes": {
+            scheme: time_scheme(batch(rng, scheme, args), ks, args.repeats, args.kernels) for scheme in SCHEMES
+        },
         "hardware": hardware(),
     }
     finish(result, table, args.out)
