@@ -64,10 +64,8 @@ def build_crf_tagger(
         to the tok2vec output; 0 (default): none, the model of before.
     tagger_features: a ``spacy_crf.TaggerFeatures.v1`` layer (:mod:`.tagger_features`)
         appended after the lexicon features; None (default): none.
-    fusion: a ``spacy_crf.ContextFusion.v1`` layer (:mod:`.context_fusion`)
-        between the features (tok2vec, lexicon, tagger) and the emission
-        layer: a contextual mix of them beside them; None (default): none,
-        the features go straight to the emission layer.
+    fusion: a ``spacy_crf.ContextFusion.v1`` layer (:mod:`.context_fusion`): the features
+        and a contextual mix of them, before the emission layer; None (default): none.
     """
     if isinstance(lexicon_width, bool) or not isinstance(lexicon_width, int) or lexicon_width < 0:
         raise ValueError(
@@ -76,12 +74,12 @@ def build_crf_tagger(
     install_fork_hook()
     fast_align.install()  # spacy-transformers' alignment without a Python step per token
     emissions = Emissions(nO=nO)
-    if tagger_features is not None and tagger_features.name != tagfeat.REF:
-        raise ValueError(
-            f"spacy_crf.CRFTagger.v1: tagger_features is a {tagger_features.name!r} layer, not TaggerFeatures"
-        )
-    if fusion is not None and fusion.name != context_fusion.REF:
-        raise ValueError(f"spacy_crf.CRFTagger.v1: fusion is a {fusion.name!r} layer, not ContextFusion")
+    for setting, layer, ref, kind in (
+        ("tagger_features", tagger_features, tagfeat.REF, "TaggerFeatures"),
+        ("fusion", fusion, context_fusion.REF, "ContextFusion"),
+    ):
+        if layer is not None and layer.name != ref:
+            raise ValueError(f"spacy_crf.CRFTagger.v1: {setting} is a {layer.name!r} layer, not {kind}")
     features = lexfeat.LexiconFeatures(lexicon_width) if lexicon_width else None
     extra = [layer for layer in (features, tagger_features) if layer is not None]
     layers: List[Model] = [lexfeat.with_lexicon_features(tok2vec, *extra) if extra else tok2vec]
@@ -91,12 +89,9 @@ def build_crf_tagger(
     model: Model[List[Doc], List[Floats2d]] = chain(*layers)
     model.set_ref("tok2vec", tok2vec)
     model.set_ref("emissions", emissions)
-    if features is not None:
-        model.set_ref(lexfeat.REF, features)
-    if tagger_features is not None:
-        model.set_ref(tagfeat.REF, tagger_features)
-    if fusion is not None:
-        model.set_ref(context_fusion.REF, fusion)
+    for ref, layer in ((lexfeat.REF, features), (tagfeat.REF, tagger_features), (context_fusion.REF, fusion)):
+        if layer is not None:
+            model.set_ref(ref, layer)
     if use_crf:
         model.set_ref("crf", layers[-1])
     model.attrs["use_crf"] = use_crf
