@@ -109,7 +109,16 @@ def test_the_pool_never_gives_a_doc_twice(tiny_model):
 
 
 def _point(seed, strategy, round_, f, chars):
-    return {"seed": seed, "strategy": strategy, "round": round_, "docs": 10 + 5 * round_, "chars": chars, "ents_f": f}
+    docs = 10 + 5 * round_
+    return {
+        "seed": seed,
+        "strategy": strategy,
+        "round": round_,
+        "docs": docs,
+        "chars": chars,
+        "entities": chars // 100,
+        "ents_f": f,
+    }
 
 
 def test_the_table_gives_mean_half_range_and_the_per_seed_difference():
@@ -122,7 +131,7 @@ def test_the_table_gives_mean_half_range_and_the_per_seed_difference():
     settings = dict(start=10, batch=5, rounds=1, pool=50, steps=3, batch_docs=4, width=16, dev_docs=7)
     text = table(points, settings, "test")
     # random 55 ± 5, uncertainty 60 ± 2, differences 8 and 2: 5 ± 3
-    assert "| 1 | 15 | 55.00 ± 5.00 | 60.00 ± 2.00 | 5.00 ± 3.00 | 320 ± 20 | 410 ± 10 | 0, 1 |" in text
+    assert "| 1 | 15 | 55.00 ± 5.00 | 60.00 ± 2.00 | 5.00 ± 3.00 | 320 ± 20 | 410 ± 10 | 3 ± 0 | 4 ± 0 | 0, 1 |" in text
 
 
 def test_a_simulation_writes_every_point_and_the_report(tmp_path):
@@ -146,5 +155,17 @@ def test_a_simulation_writes_every_point_and_the_report(tmp_path):
     text = (tmp_path / "al.md").read_text(encoding="utf8")
     assert text.count("\n| ") == 4 and "| 2 | 14 |" in text  # header and rounds 0 to 2
     assert (tmp_path / "al.png").stat().st_size > 0
+    # the report again from the JSON alone: the same table, no training (the corpus is not read)
+    (tmp_path / "al.png").unlink()
+    redrawn = CliRunner().invoke(app, ["missing.spacy", "missing.spacy", *args[2:4], "--report-only"])
+    assert redrawn.exit_code == 0, redrawn.output
+    assert (tmp_path / "al.png").stat().st_size > 0
+    rows = lambda t: [line for line in t.splitlines() if line.startswith("| ")]  # noqa: E731
+    assert rows((tmp_path / "al.md").read_text(encoding="utf8")) == rows(text)
+    assert "Points read from `al.json`" in (tmp_path / "al.md").read_text(encoding="utf8")
+    assert report["command"].startswith("_Made by ")
+    srsly.write_json(tmp_path / "al.json", {**report, "complete": False})
+    unfinished = CliRunner().invoke(app, ["missing.spacy", "missing.spacy", *args[2:4], "--report-only"])
+    assert unfinished.exit_code == 2 and "holds an unfinished run" in unfinished.output
     too_few = CliRunner().invoke(app, args[:4] + "--start 6 --batch 4 --rounds 2 --pool 40".split())
     assert too_few.exit_code == 2 and "fewer than --start + --pool" in too_few.output

@@ -28,9 +28,11 @@ than chance, not what the shipped pipeline would score.
 
 Writes PREFIX.json (every point: seed, strategy, round, docs, characters and
 entities labelled, P/R/F, CPU seconds), rewritten after each point, then
-PREFIX.md (mean ± half-range over the seeds per round, and the difference
-uncertainty - random) and PREFIX.png (entity F against docs and against
-characters labelled).
+PREFIX.md (mean ± half-range over the seeds per round, the difference
+uncertainty - random, and the characters and entities labelled: the docs
+a model is least sure of can be longer, or hold more entities) and
+PREFIX.png (entity F against docs, characters and entities labelled).
+``--report-only`` redraws PREFIX.md and PREFIX.png from PREFIX.json.
 """
 
 import random
@@ -40,6 +42,7 @@ from statistics import mean
 from typing import Dict, List, Sequence, Tuple, Union
 
 import spacy
+import srsly
 import typer
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -49,7 +52,7 @@ from spacy.vocab import Vocab
 from thinc.api import Adam
 
 from crf_project.evaluate import read_docbin
-from crf_project.results import write_table
+from crf_project.results import made_by, write_table
 from crf_project.script_cli import run_app, script_app
 from crf_project.seed_report import cell, profile_option
 from spacy_crf.annotate.review import least_confident, score_docs
@@ -218,6 +221,7 @@ def table(points: List[Dict], settings: Dict, profile: str) -> str:
             f"| {round_} | {u[seeds[0]]['docs']:,} | {cell([r[s]['ents_f'] for s in seeds])} | "
             f"{cell([u[s]['ents_f'] for s in seeds])} | {cell(diff)} | "
             f"{cell([r[s]['chars'] for s in seeds], 1, 0)} | {cell([u[s]['chars'] for s in seeds], 1, 0)} | "
+            f"{cell([r[s]['entities'] for s in seeds], 1, 0)} | {cell([u[s]['entities'] for s in seeds], 1, 0)} | "
             f"{', '.join(map(str, seeds))} |"
         )
     return "\n".join(
@@ -230,16 +234,22 @@ def table(points: List[Dict], settings: Dict, profile: str) -> str:
             "mean ± half-range over the seeds; difference: per seed, uncertainty − random.",
             "",
             "| round | docs labelled | entity F, random | entity F, uncertainty | difference | "
-            "chars labelled, random | chars labelled, uncertainty | seeds |",
-            "|---|---|---|---|---|---|---|---|",
+            "chars labelled, random | chars labelled, uncertainty | entities labelled, random | "
+            "entities labelled, uncertainty | seeds |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
 
 
+#: the panels of the plot beside the docs one: a cost of labelling other than the docs, per seed
+COSTS = (("chars", "characters labelled"), ("entities", "entities labelled"))
+
+
 def plot(points: List[Dict], path: Path, title: str) -> None:
-    """Entity F against docs labelled (mean, band: min to max over seeds) and against characters labelled."""
-    fig, (by_docs, by_chars) = subplots(1, 2, figsize=(10.0, 4.0))
+    """Entity F against docs labelled (mean, band: min to max over seeds), and
+    against characters and entities labelled (one line per seed)."""
+    fig, (by_docs, *by_cost) = subplots(1, 1 + len(COSTS), figsize=(14.0, 4.0))
     for strategy in STRATEGIES:
         rounds = by_round(points, strategy)
         xs = [rounds[k][0]["docs"] for k in sorted(rounds)]
@@ -251,16 +261,18 @@ def plot(points: List[Dict], path: Path, title: str) -> None:
             mine = sorted(
                 (p for p in points if p["strategy"] == strategy and p["seed"] == seed), key=lambda p: p["round"]
             )
-            by_chars.plot(
-                [p["chars"] for p in mine],
-                [100 * p["ents_f"] for p in mine],
-                color=colour,
-                marker="o",
-                linestyle=("-", "--", ":", "-.")[i % 4],
-                label=f"{strategy}, seed {seed}",
-            )
+            for ax, (key, _) in zip(by_cost, COSTS):
+                ax.plot(
+                    [p[key] for p in mine],
+                    [100 * p["ents_f"] for p in mine],
+                    color=colour,
+                    marker="o",
+                    linestyle=("-", "--", ":", "-.")[i % 4],
+                    label=f"{strategy}, seed {seed}",
+                )
     finish_axes(by_docs, "docs labelled", "dev entity F (mean; band: min to max over seeds)")
-    finish_axes(by_chars, "characters labelled", "dev entity F (one line per seed)")
+    for ax, (_, label) in zip(by_cost, COSTS):
+        finish_axes(ax, label, "dev entity F (one line per seed)")
     save_figure(fig, path, title)
 
 
@@ -286,7 +298,19 @@ def active_learning_cli(
     embed_size: int = typer.Option(5000, "--embed-size", help="HashEmbedCNN rows"),
     dev_limit: int = typer.Option(1000, "--dev-limit", help="dev docs scored, spread over the file (0: all)"),
     profile: str = profile_option(),
+    report_only: bool = typer.Option(
+        False,
+        "--report-only",
+        help="only redraw PREFIX.md and PREFIX.png from a complete PREFIX.json (TRAIN, DEV unread)",
+    ),
 ) -> None:
+    json_path = output.with_name(output.name + ".json")
+    if report_only:
+        report = srsly.read_json(json_path) if json_path.is_file() else {}
+        if not report.get("complete"):
+            raise typer.BadParameter(f"{json_path} is missing or holds an unfinished run", param_hint="--report-only")
+        write_report(report, output, f"Points read from `{json_path.name}`, as its run wrote them.")
+        return
     for name, value in (("--start", start), ("--batch", batch), ("--rounds", rounds), ("--steps", steps)):
         check_option(name, value, minimum=1)
     for name, value in (("--batch-docs", batch_docs), ("--width", width), ("--embed-size", embed_size)):
@@ -317,8 +341,7 @@ def active_learning_cli(
         learn_rate=learn_rate, width=width, embed_size=embed_size, dev_docs=len(dev),
     )  # fmt: skip
     report = {"profile": profile, "train": str(train_path), "dev": str(dev_path), "settings": settings}
-    report.update(seeds=seed_list, hardware=hardware(), points=[], complete=False)
-    json_path = output.with_name(output.name + ".json")
+    report.update(seeds=seed_list, hardware=hardware(), command=made_by(), points=[], complete=False)
 
     def record(p: Dict) -> None:
         report["points"].append(p)
@@ -334,10 +357,16 @@ def active_learning_cli(
         simulate(train_docs, dev, seed, settings, record)
     report["complete"] = True
     write_json_atomic(json_path, report)
-    text = table(report["points"], settings, profile)
+    write_report(report, output)
+
+
+def write_report(report: Dict, output: Path, note: str = "") -> None:
+    """PREFIX.md and PREFIX.png of a complete run's ``report``."""
+    profile = report["profile"]
     png = output.with_name(output.name + ".png")
     plot(report["points"], png, f"MSRA: labelling the least confident docs first vs at random ({profile})")
-    write_table(output.with_name(output.name + ".md"), text + f"\n\nCurve: [`{png.name}`]({png.name}).")
+    text = table(report["points"], report["settings"], profile) + f"\n\nCurve: [`{png.name}`]({png.name})."
+    write_table(output.with_name(output.name + ".md"), text + (f" {note}" if note else ""))
     print(text)
 
 
