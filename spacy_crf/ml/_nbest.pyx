@@ -4,8 +4,8 @@
 
 The numpy path's list Viterbi keeps ``k`` partial paths per tag and
 position: ``k`` times the 1-best's work, and more. This kernel runs the
-1-best's forward pass (``_viterbi.pyx``'s loop and float32 sums, so its
-first path is that path to the bit) and finds the others by Lawler's
+1-best's forward pass (``_lattice.pxd``'s, the one ``_viterbi.pyx`` runs,
+so its first path is that path to the bit) and finds the others by Lawler's
 partition of the paths, from the end (Nilsson and Goldberger's n-best for
 HMMs). Each path after the first equals an earlier one from some node on
 (the node: a position and its tag; the end counts as one) and takes there
@@ -33,9 +33,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove
 
+from spacy_crf.ml._lattice cimport check_lattice, viterbi_forward
+
 import numpy
 
-cdef float IMPOSSIBLE = -1e30
 #: a sum at or below this took a forbidden move or tag
 cdef float FORBIDDEN_BELOW = -5e29
 
@@ -51,42 +52,6 @@ cdef struct Buffers:
     int* offer_paths  # [k]: the path the offer changes
     int* offer_nodes  # [k]: at which node
     int* offer_tags  # [k]: to which predecessor
-
-
-cdef inline float _emission(const float* row, const uint8_t* allowed, Py_ssize_t j) noexcept nogil:
-    if allowed != NULL and not allowed[j]:
-        return IMPOSSIBLE
-    return row[j]
-
-
-cdef inline const uint8_t* _row_mask(const uint8_t* allowed, Py_ssize_t t, Py_ssize_t num_tags) noexcept nogil:
-    if allowed == NULL:
-        return NULL
-    return allowed + t * num_tags
-
-
-cdef void _forward(
-    const float* emissions, const uint8_t* allowed, Py_ssize_t length, Py_ssize_t num_tags,
-    const float* transitions, const float* start, float* states,
-) noexcept nogil:
-    """The Viterbi states of one doc: ``_viterbi.decode_flat``'s loop, the same float32 sums."""
-    cdef Py_ssize_t t, j, i
-    cdef float candidate
-    cdef float* row
-    cdef float* previous
-    for j in range(num_tags):
-        states[j] = start[j] + _emission(emissions, allowed, j)
-    for t in range(1, length):
-        previous = states + (t - 1) * num_tags
-        row = previous + num_tags
-        for j in range(num_tags):
-            row[j] = previous[0] + transitions[j]
-        for i in range(1, num_tags):
-            for j in range(num_tags):
-                candidate = previous[i] + transitions[i * num_tags + j]
-                row[j] = candidate if candidate > row[j] else row[j]
-        for j in range(num_tags):
-            row[j] = row[j] + _emission(emissions + t * num_tags, _row_mask(allowed, t, num_tags), j)
 
 
 cdef inline void _best_two(
@@ -262,28 +227,13 @@ def nbest_flat(
     their scores ``scores[i, :counts[i]]`` (-inf past them); an empty doc has
     one empty path of score 0.
     """
+    if k < 1:
+        raise ValueError(f"nbest_flat: k must be at least 1, got {k}")
+    cdef Py_ssize_t longest = check_lattice("nbest_flat", emissions, offsets, transitions, start, end, allowed)
     cdef Py_ssize_t num_rows = emissions.shape[0]
     cdef Py_ssize_t num_tags = emissions.shape[1]
     cdef Py_ssize_t num_docs = offsets.shape[0] - 1
-    if k < 1:
-        raise ValueError(f"nbest_flat: k must be at least 1, got {k}")
-    if num_docs < 0:
-        raise ValueError("nbest_flat: offsets must hold at least one entry (0)")
-    if num_tags == 0 and num_rows > 0:
-        raise ValueError("nbest_flat: the emissions have rows but no tags")
-    if transitions.shape[0] != num_tags or transitions.shape[1] != num_tags:
-        raise ValueError(f"nbest_flat: transitions {tuple(transitions.shape)[:2]} for {num_tags} tags")
-    if start.shape[0] != num_tags or end.shape[0] != num_tags:
-        raise ValueError(f"nbest_flat: start/end of {start.shape[0]}/{end.shape[0]} for {num_tags} tags")
-    if allowed is not None and (allowed.shape[0] != num_rows or allowed.shape[1] != num_tags):
-        raise ValueError(f"nbest_flat: allowed {tuple(allowed.shape)[:2]}, emissions {(num_rows, num_tags)}")
-    if offsets[0] != 0 or offsets[num_docs] != num_rows:
-        raise ValueError(f"nbest_flat: offsets run from {offsets[0]} to {offsets[num_docs]}, not 0 to {num_rows}")
-    cdef Py_ssize_t i, j, longest = 0
-    for i in range(num_docs):
-        if offsets[i + 1] < offsets[i]:
-            raise ValueError(f"nbest_flat: offsets decrease at doc {i}")
-        longest = max(longest, offsets[i + 1] - offsets[i])
+    cdef Py_ssize_t i, j
 
     paths_array = numpy.empty(k * num_rows, dtype=numpy.int64)
     scores_array = numpy.full((num_docs, k), -numpy.inf)
@@ -326,7 +276,7 @@ def nbest_flat(
                 mask = NULL
                 if allowed is not None:
                     mask = &allowed[first, 0]
-                _forward(&emissions[first, 0], mask, length, num_tags, &transitions[0, 0], &start[0], b.states)
+                viterbi_forward(&emissions[first, 0], mask, length, num_tags, &transitions[0, 0], &start[0], b.states)
                 found = _doc_nbest(&b, &paths[k * first], length, num_tags, k, &end[0])
                 counts[doc] = found
                 for r in range(found):

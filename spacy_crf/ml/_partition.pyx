@@ -30,9 +30,10 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
+from spacy_crf.ml._lattice cimport check_lattice, emission, row_mask
+
 import numpy
 
-cdef float IMPOSSIBLE = -1e30
 #: a score at or below this is forbidden
 cdef float FORBIDDEN_BELOW = -5e29
 cdef double SMALLEST = 1e-100
@@ -217,18 +218,6 @@ cdef struct Buffers:
     double* alpha  # [2 width]
 
 
-cdef inline float _emission(const float* row, const uint8_t* allowed, Py_ssize_t j) noexcept nogil:
-    if allowed != NULL and not allowed[j]:
-        return IMPOSSIBLE
-    return row[j]
-
-
-cdef inline const uint8_t* _row_mask(const uint8_t* allowed, Py_ssize_t t, Py_ssize_t num_tags) noexcept nogil:
-    if allowed == NULL:
-        return NULL
-    return allowed + t * num_tags
-
-
 cdef double _scaled(
     Buffers* b, const float* emissions, const uint8_t* allowed, Py_ssize_t n, Py_ssize_t num_tags,
     const float* start, double shifts, double inverse, bint fast, int* unsure,
@@ -246,11 +235,11 @@ cdef double _scaled(
     cdef const uint8_t* mask
     for t in range(n):
         row = emissions + t * num_tags
-        mask = _row_mask(allowed, t, num_tags)
+        mask = row_mask(allowed, t, num_tags)
         singles = b.singles + t * width
         shift = -INFINITY
         for j in range(num_tags):
-            e = _emission(row, mask, j)
+            e = emission(row, mask, j)
             x = -INFINITY
             if e > FORBIDDEN_BELOW and (t > 0 or start[j] > FORBIDDEN_BELOW):
                 x = e + start[j] if t == 0 else e
@@ -296,13 +285,13 @@ cdef double _exact(
     cdef double* alpha = b.alpha
     cdef double* step = b.doubles
     for j in range(num_tags):
-        e = _emission(emissions, allowed, j)
+        e = emission(emissions, allowed, j)
         alpha[j] = -INFINITY
         if e > FORBIDDEN_BELOW and start[j] > FORBIDDEN_BELOW:
             alpha[j] = (<double>e + <double>start[j]) * inverse
     for t in range(1, n):
         for j in range(num_tags):
-            e = _emission(emissions + t * num_tags, _row_mask(allowed, t, num_tags), j)
+            e = emission(emissions + t * num_tags, row_mask(allowed, t, num_tags), j)
             largest = -INFINITY
             for i in range(num_tags):
                 move = transitions[i * num_tags + j]
@@ -377,30 +366,12 @@ def log_partition_flat(
     (forbidden moves at :data:`~spacy_crf.ml.crf.IMPOSSIBLE`); allowed: None,
     or ``[N, K]`` with 0 where a tag is forbidden at a position.
     """
+    if not (temperature > 0 and temperature < INFINITY):
+        raise ValueError(f"log_partition_flat: the temperature must be a finite number > 0, got {temperature}")
+    cdef Py_ssize_t longest = check_lattice("log_partition_flat", emissions, offsets, transitions, start, end, allowed)
     cdef Py_ssize_t num_rows = emissions.shape[0]
     cdef Py_ssize_t num_tags = emissions.shape[1]
     cdef Py_ssize_t num_docs = offsets.shape[0] - 1
-    if not (temperature > 0 and temperature < INFINITY):
-        raise ValueError(f"log_partition_flat: the temperature must be a finite number > 0, got {temperature}")
-    if num_docs < 0:
-        raise ValueError("log_partition_flat: offsets must hold at least one entry (0)")
-    if num_tags == 0 and num_rows > 0:
-        raise ValueError("log_partition_flat: the emissions have rows but no tags")
-    if transitions.shape[0] != num_tags or transitions.shape[1] != num_tags:
-        raise ValueError(f"log_partition_flat: transitions {tuple(transitions.shape)[:2]} for {num_tags} tags")
-    if start.shape[0] != num_tags or end.shape[0] != num_tags:
-        raise ValueError(f"log_partition_flat: start/end of {start.shape[0]}/{end.shape[0]} for {num_tags} tags")
-    if allowed is not None and (allowed.shape[0] != num_rows or allowed.shape[1] != num_tags):
-        raise ValueError(f"log_partition_flat: allowed {tuple(allowed.shape)[:2]}, emissions {(num_rows, num_tags)}")
-    if offsets[0] != 0 or offsets[num_docs] != num_rows:
-        raise ValueError(
-            f"log_partition_flat: offsets run from {offsets[0]} to {offsets[num_docs]}, not 0 to {num_rows}"
-        )
-    cdef Py_ssize_t i, longest = 0
-    for i in range(num_docs):
-        if offsets[i + 1] < offsets[i]:
-            raise ValueError(f"log_partition_flat: offsets decrease at doc {i}")
-        longest = max(longest, offsets[i + 1] - offsets[i])
 
     log_z_array = numpy.zeros(num_docs)
     if num_rows == 0:  # (no pointer into the views below)

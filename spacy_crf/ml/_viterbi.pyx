@@ -16,9 +16,9 @@ headers to build.
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-import numpy
+from spacy_crf.ml._lattice cimport check_lattice, viterbi_forward
 
-cdef float IMPOSSIBLE = -1e30
+import numpy
 
 
 def decode_flat(
@@ -40,39 +40,24 @@ def decode_flat(
     Returns ``(paths [N] int64, scores [B] float32)``: each doc's tags in
     its rows of ``paths``, and its best path's score (0 for an empty doc).
     """
+    cdef Py_ssize_t longest = check_lattice("decode_flat", emissions, offsets, transitions, start, end, allowed)
     cdef Py_ssize_t num_rows = emissions.shape[0]
     cdef Py_ssize_t num_tags = emissions.shape[1]
     cdef Py_ssize_t num_docs = offsets.shape[0] - 1
-    if num_docs < 0:
-        raise ValueError("decode_flat: offsets must hold at least one entry (0)")
-    if num_tags == 0 and num_rows > 0:
-        raise ValueError("decode_flat: the emissions have rows but no tags")
-    if transitions.shape[0] != num_tags or transitions.shape[1] != num_tags:
-        raise ValueError(f"decode_flat: transitions {tuple(transitions.shape)[:2]} for {num_tags} tags")
-    if start.shape[0] != num_tags or end.shape[0] != num_tags:
-        raise ValueError(f"decode_flat: start/end of {start.shape[0]}/{end.shape[0]} for {num_tags} tags")
-    if allowed is not None and (allowed.shape[0] != num_rows or allowed.shape[1] != num_tags):
-        raise ValueError(f"decode_flat: allowed {tuple(allowed.shape)[:2]}, emissions {(num_rows, num_tags)}")
-    if offsets[0] != 0 or offsets[num_docs] != num_rows:
-        raise ValueError(f"decode_flat: offsets run from {offsets[0]} to {offsets[num_docs]}, not 0 to {num_rows}")
-    cdef Py_ssize_t i
-    for i in range(num_docs):
-        if offsets[i + 1] < offsets[i]:
-            raise ValueError(f"decode_flat: offsets decrease at doc {i}")
 
     paths_array = numpy.empty(num_rows, dtype=numpy.int64)
     scores_array = numpy.zeros(num_docs, dtype=numpy.float32)
     cdef int64_t[::1] paths = paths_array
     cdef float[::1] best_scores = scores_array
     # The best score of each tag at each position of the doc being decoded.
-    cdef float* states = <float*>malloc(max(num_rows, 1) * max(num_tags, 1) * sizeof(float))
+    cdef float* states = <float*>malloc(max(longest, 1) * max(num_tags, 1) * sizeof(float))
     if states == NULL:
         raise MemoryError()
     cdef Py_ssize_t doc, first, length, t, j, k, tag
-    cdef float best, candidate, emission
+    cdef float best, candidate
     cdef float* row
     cdef float* previous
-    cdef bint masked = allowed is not None
+    cdef const uint8_t* mask
     try:
         with nogil:
             for doc in range(num_docs):
@@ -80,28 +65,10 @@ def decode_flat(
                 length = offsets[doc + 1] - first
                 if length == 0:
                     continue
-                for j in range(num_tags):
-                    emission = emissions[first, j]
-                    if masked and not allowed[first, j]:
-                        emission = IMPOSSIBLE
-                    states[j] = start[j] + emission
-                for t in range(1, length):
-                    previous = states + (t - 1) * num_tags
-                    row = previous + num_tags
-                    # Predecessor-major, so the inner loop runs along a row of
-                    # transitions and the compiler can vectorize the max (max
-                    # is exact: the order of the comparisons does not change it).
-                    for j in range(num_tags):
-                        row[j] = previous[0] + transitions[0, j]
-                    for k in range(1, num_tags):
-                        for j in range(num_tags):
-                            candidate = previous[k] + transitions[k, j]
-                            row[j] = candidate if candidate > row[j] else row[j]
-                    for j in range(num_tags):
-                        emission = emissions[first + t, j]
-                        if masked and not allowed[first + t, j]:
-                            emission = IMPOSSIBLE
-                        row[j] = row[j] + emission
+                mask = NULL
+                if allowed is not None:
+                    mask = &allowed[first, 0]
+                viterbi_forward(&emissions[first, 0], mask, length, num_tags, &transitions[0, 0], &start[0], states)
                 # The last tag: the first maximum of the final states plus the end scores.
                 row = states + (length - 1) * num_tags
                 tag = 0
