@@ -20,6 +20,7 @@ from _backends import (
     outputs,
     trained_float_pipeline,
 )
+from thinc.api import ConfigValidationError
 
 from spacy_crf.encoders.quantize import (
     QUANTIZED_ARCH,
@@ -102,6 +103,52 @@ def test_truncated_weights_bytes_name_the_component_at_load(int8_dir):
 
 def test_loading_on_a_gpu_device_says_so_not_that_the_file_is_damaged(int8_dir, monkeypatch):
     assert_a_gpu_device_is_named_at_load_not_a_damaged_file(int8_dir, monkeypatch, "quantized")
+
+
+def _edited_copy(source, path, old, new):
+    import shutil
+
+    shutil.copytree(source, path)
+    cfg = path / "config.cfg"
+    text = cfg.read_text(encoding="utf8")
+    assert old in text
+    cfg.write_text(text.replace(old, new), encoding="utf8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "source,old,new,found",
+    [
+        # float weights: were a "truncated or damaged" file (a KeyError in the quantized layers)
+        ("float", '"spacy-transformers.TransformerModel.v3"', f'"{QUANTIZED_ARCH}"\ndtype = "qint8"', "float32 linear"),
+        # were loaded with strict=False into random layers, or with other embeddings, silently
+        ("int8", 'dtype = "qint8"', 'dtype = "bfloat16"', "qint8 linear"),
+        ("int8", 'dtype = "qint8"', 'dtype = "float16"', "qint8 linear"),
+        ("int8", "embeddings = false", "embeddings = true", "float32 embeddings"),
+    ],
+    ids=["float-weights", "int8-as-bfloat16", "int8-as-float16", "float-embeddings"],
+)
+def test_weights_of_another_encoder_under_the_quantized_architecture_are_named_at_load(
+    float_dir, int8_dir, tmp_path, source, old, new, found
+):
+    path = _edited_copy(float_dir if source == "float" else int8_dir, tmp_path / "p", old, new)
+    named = r"^Cannot load the quantized encoder of component 'transformer' from '.*transformer.model': expected "
+    with pytest.raises(ValueError, match=named + f".*found .*{found}.*saved with another encoder") as error:
+        spacy.load(path)
+    assert "\n" not in str(error.value)
+    # and through nlp.from_bytes, into a pipeline quantized otherwise
+    if source == "float":
+        with pytest.raises(
+            ValueError, match=r"^Cannot load the quantized encoder of component 'transformer' from bytes"
+        ):
+            spacy.load(int8_dir).from_bytes(spacy.load(float_dir).to_bytes())
+
+
+def test_quantized_weights_under_the_float_architecture_are_refused_by_spacys_config_check(int8_dir, tmp_path):
+    # the float architecture takes no dtype: spaCy's config check, before any weights are read
+    path = _edited_copy(int8_dir, tmp_path / "p", f'"{QUANTIZED_ARCH}"', '"spacy-transformers.TransformerModel.v3"')
+    with pytest.raises(ConfigValidationError, match="dtype"):
+        spacy.load(path)
 
 
 def test_quantized_encoder_is_smaller_on_disk(float_dir, int8_dir):

@@ -55,8 +55,10 @@ is the one place to change when moving to ``torchao``.
 """
 
 import warnings
-from typing import Any, Dict
+from io import BytesIO
+from typing import Any, Dict, Tuple
 
+import srsly
 import torch
 from spacy.language import Language
 from spacy.util import registry
@@ -70,6 +72,7 @@ from ..training.autocast import as_float32
 from .swap import (
     TORCH_ARCHS,
     InferenceOnlyShim,
+    SavedEncoderError,
     build_tok2vec_transformer,
     build_transformer_model,
     check_cpu,
@@ -139,6 +142,24 @@ def is_quantized(module: torch.nn.Module) -> bool:
     return any(issubclass(k, DynamicLinear) for k in kinds) and torch.nn.Linear not in kinds
 
 
+#: the linear layers' weights that each dtype saves ("float32": not quantized)
+SAVED_LINEAR = {"qint8": "qint8", "float16": "float16", "bfloat16": "float32"}
+
+
+def saved_as(state: Dict[str, Any]) -> Tuple[str, bool]:
+    """What a saved encoder's state dict holds: its linear layers' weights
+    ("qint8", "float16", or "float32" as a float encoder saves them) and
+    whether its embedding tables are quantized (uint8)."""
+    packed = {key[: -len(".dtype")]: value for key, value in state.items() if key.endswith("._packed_params.dtype")}
+    linear = {str(value).replace("torch.", "") for key, value in packed.items() if f"{key}._packed_params" in state}
+    embeddings = any(f"{key}._packed_weight" in state for key in packed)
+    return "/".join(sorted(linear)) or "float32", embeddings
+
+
+def _layers(linear: str, embeddings: bool) -> str:
+    return f"{linear} linear layers and {'uint8' if embeddings else 'float32'} embeddings"
+
+
 class _QuantizedAutoModel:
     """Stands in for ``AutoModel`` in ``HFShim.from_bytes``: the model it
     builds from a config is quantized, so the saved state loads into it."""
@@ -199,7 +220,26 @@ class QuantizedHFShim(InferenceOnlyShim):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated.*")
             warnings.filterwarnings("ignore", message=r".*TypedStorage is deprecated.*")  # torch.load of qtensors
+            self._check_saved(bytes_data)
             return super().from_bytes(bytes_data)
+
+    def _check_saved(self, bytes_data) -> None:
+        """Refuse weights saved by another encoder: float weights fail in the
+        quantized layers with a ``KeyError`` that reads as a damaged file, and
+        weights that fit no layer load with strict=False (spacy-transformers'
+        fallback) into random ones, with a warning at most. The state is read
+        once more for this, which a load can afford."""
+        msg = srsly.msgpack_loads(bytes_data)
+        if not msg.get("config"):  # saved before initialize: no weights
+            return
+        found = saved_as(torch.load(BytesIO(msg["state"]), map_location="cpu"))
+        expected = (SAVED_LINEAR[self.dtype], self.embeddings)
+        if found != expected:
+            raise SavedEncoderError(
+                f"expected {_layers(*expected)} (dtype {self.dtype!r}, embeddings {self.embeddings}), found "
+                f"{_layers(*found)}: was this pipeline saved with another encoder (a float one, or one "
+                "quantized otherwise) but configured with these settings?"
+            )
 
 
 def _set_quantized_transformer(model: TransformerModel, hf_model) -> None:
