@@ -594,7 +594,7 @@ def _break(path, name, fix):
             r"score 5 tags \(output width\) but the labels give 7",
         ),
         ("one label less", lambda cfg: cfg["labels"].pop(), r"score 5 tags .* labels give 3.*transition matrix is 5x5"),
-        ("other scheme", lambda cfg: cfg.update(scheme="bioes"), r"labels give 9"),
+        ("other scheme", lambda cfg: cfg.update(scheme="bioes"), r"cfg has scheme 'bioes'.* made with scheme 'bio'"),
     ],
 )
 def test_a_cfg_that_does_not_match_the_weights_fails_at_load_time(ner_nlp, tmp_path, what, fix, message):

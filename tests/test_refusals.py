@@ -11,6 +11,7 @@ import spacy
 import srsly
 from conftest import tiny_tagger
 from test_annotate import pipeline_dir, write_jsonl  # noqa: F401  (pipeline_dir: a fixture)
+from test_factories import saved_heads  # noqa: F401  (a fixture)
 from typer.testing import CliRunner
 
 from spacy_crf.annotate import AnnotateError, annotate
@@ -87,6 +88,21 @@ def test_merge_words_refuses_one_span_group_for_words_and_unaligned_entities_whe
         spacy.blank("zh").add_pipe("crf_merge_words", name="merge", config=settings)
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_a_span_ner_threshold_that_is_not_finite_is_refused_when_the_pipe_is_made(bad, tmp_path):
+    # (was: accepted, predicting no span, or every one; a value that reads as a float)
+    with pytest.raises(ValueError, match=rf"^\[spans\] threshold must be a finite number, not '{bad}'\.$"):
+        spacy.blank("zh").add_pipe("span_ner", name="spans", config={"threshold": bad})
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("span_ner", name="spans")
+    nlp.to_disk(tmp_path / "p")
+    with pytest.raises(ValueError, match=r"^\[spans\] threshold must be a finite number"):
+        spacy.load(tmp_path / "p", config={"components": {"spans": {"threshold": bad}}})
+    # a float NaN is no JSON: spaCy refuses the config (E961) before the factory runs
+    with pytest.raises(ValueError, match=r"^\[E961\]"):
+        spacy.blank("zh").add_pipe("span_ner", config={"threshold": float(bad)})
+
+
 # --- saving ----------------------------------------------------------------------------------------------------------
 
 
@@ -104,6 +120,59 @@ def test_a_pipe_saved_onto_a_file_is_refused_and_the_file_kept(segmenter, tmp_pa
     assert mine.read_text(encoding="utf8") == "keep me"
     assert (tmp_path / "p" / "segmenter").read_text(encoding="utf8") == "keep me too"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "p"]  # nothing moved aside
+
+
+# --- loading: what training fixed, and bytes that are no pipeline ----------------------------------------------------
+
+
+@pytest.mark.parametrize("factory,saved,other", [("crf_ner", "bioes", "bio"), ("crf_tagger", "bmes", "tag")])
+def test_a_scheme_other_than_the_saved_one_is_refused_at_load(factory, saved, other, tmp_path):
+    # (was: the saved scheme replaced the one given, silently)
+    nlp = spacy.blank("zh")
+    nlp.add_pipe(factory, name="tagger", config={"scheme": saved})
+    nlp.to_disk(tmp_path / "p")
+    message = (
+        rf"^\[tagger\] cannot load directory '.*tagger': its cfg has scheme '{saved}', the one it was trained with, "
+        rf"but the pipe was made with scheme '{other}' .*set it to '{saved}'\.$"
+    )
+    with pytest.raises(ValueError, match=message):
+        spacy.load(tmp_path / "p", config={"components": {"tagger": {"scheme": other}}})
+    assert (
+        spacy.load(tmp_path / "p", config={"components": {"tagger": {"scheme": saved}}}).get_pipe("tagger").scheme
+        == saved
+    )
+    made_otherwise = spacy.blank("zh").add_pipe("crf_tagger", name="tagger", config={"scheme": other})
+    with pytest.raises(
+        ValueError, match=rf"^\[tagger\] cannot load bytes: its cfg has scheme '{saved}', the one it was trained with"
+    ):
+        made_otherwise.from_bytes(nlp.get_pipe("tagger").to_bytes())
+
+
+@pytest.mark.parametrize("component,setting,value", [("segmenter", "use_start_end", False), ("spans", "rope", False)])
+def test_an_architecture_setting_other_than_the_saved_one_is_refused_at_load(saved_heads, component, setting, value):
+    # (was: the weights brought the saved setting back, under a config that said otherwise)
+    message = (
+        rf"^\[{component}\] cannot load the weights file '.*model': the weights were trained with {setting} = True, "
+        rf"but the pipe was made with {setting} = False .*set it to True\.$"
+    )
+    with pytest.raises(ValueError, match=message):
+        spacy.load(saved_heads, config={"components": {component: {"model": {setting: value}}}})
+    spacy.load(saved_heads, config={"components": {component: {"model": {setting: True}}}})  # the same: loads
+
+
+def test_bytes_that_are_no_pipeline_are_spacys_to_refuse_and_a_damaged_pipe_names_itself(saved_heads):
+    nlp = spacy.load(saved_heads)
+    # no component has run yet: spaCy's own msgpack error, as for any pipeline
+    with pytest.raises(ValueError, match=r"^unpack\(b\) received extra data"):
+        nlp.from_bytes(b"garbage")
+    data = srsly.msgpack_loads(nlp.to_bytes())
+    for name in ("segmenter", "spans"):
+        with pytest.raises(ValueError, match=rf"^\[{name}\] cannot load from bytes: not a serialized pipe") as error:
+            spacy.load(saved_heads).from_bytes(srsly.msgpack_dumps({**data, name: b"garbage"}))
+        assert "\n" not in str(error.value)
+        with pytest.raises(ValueError, match=rf"^\[{name}\] cannot load from bytes: not a serialized pipe"):
+            nlp.get_pipe(name).from_bytes(b"garbage")
+    spacy.load(saved_heads).from_bytes(srsly.msgpack_dumps(data))  # whole: loads
 
 
 # --- loading: the user dictionary saved with a pipe -----------------------------------------------------------------

@@ -121,7 +121,7 @@ def make_crf_tagger(
         every setting here but ``scheme``, the config gives it at load (its
         ``config.cfg``, or ``spacy.load(path, config={"components": {NAME:
         {"respect_ents": True}}})``), over the value saved in the pipe's
-        ``cfg``.
+        ``cfg``; a ``scheme`` other than the saved one is refused at load.
     user_dict: a user dictionary file read each time the pipe is created
         (:func:`spacy_crf.pipeline.user_dict.read_user_dict`: ``WORD [force|prior
         [WEIGHT]]`` lines for "bmes", ``TEXT LABEL [force|prior [WEIGHT]]``

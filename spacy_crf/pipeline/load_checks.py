@@ -28,6 +28,7 @@ from thinc.api import Model, get_array_module
 from ..ml.schemes import SchemeError
 from ..ml.tagger_model import END, START, TRANSITIONS
 from .confidence import load_temperature
+from .fixed_settings import architecture_settings, check_architecture, check_scheme
 from .lexicon import Lexicon, check_weight
 
 
@@ -290,6 +291,7 @@ def _load_cfg(pipe, cfg, where: str) -> None:
     # The settings the pipe was made with come from its config, with any
     # override given at load: the user's, not replaced by the saved ones.
     made_with = {key: pipe.cfg[key] for key in getattr(pipe, "config_settings", ()) if key in pipe.cfg}
+    check_scheme(pipe, cfg, where)  # a setting too, but fixed by training: refused if other, not replaced
     pipe.cfg.update(cfg)
     pipe.cfg.update(made_with)
     load_temperature(pipe, cfg, where)
@@ -356,6 +358,7 @@ def _load_model(pipe, data: bytes, what: str) -> None:
     pipe.model.attrs.pop(OUTPUTS_ATTR, None)
     if not data:
         raise ValueError(f"[{pipe.name}] cannot load {what}: it is empty.")
+    made = architecture_settings(pipe.model)
     try:
         pipe.model.from_bytes(data)
     except Exception as e:
@@ -363,6 +366,7 @@ def _load_model(pipe, data: bytes, what: str) -> None:
             f"[{pipe.name}] cannot load {what}: it is truncated, corrupt or from "
             f"another model ({type(e).__name__}: {e})"
         ) from None
+    check_architecture(pipe, made, what)
 
 
 def _check_outputs(pipe, outputs: List[str], where: str) -> List[str]:

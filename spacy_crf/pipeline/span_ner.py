@@ -22,6 +22,7 @@ predicted tokens make the cells starting or ending inside them unknown
 for their label.
 """
 
+import math
 import warnings
 from itertools import islice
 from typing import Callable, Iterable, List, Optional, Sequence
@@ -52,6 +53,13 @@ DEFAULT_MAX_LENGTH = 64
 MAX_SPANS_PER_TOKEN = 1
 
 
+def _is_finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 class SpanNER(TrainableHead):
     """Entities, nested ones included, from a span-scoring (pointer) head."""
 
@@ -74,6 +82,10 @@ class SpanNER(TrainableHead):
         speed_up_msgpack_hooks()  # docs cross processes as bytes under nlp.pipe(n_process > 1)
         if max_length < 0:
             raise ValueError(f"[{name}] max_length must be >= 0 (0: no limit), not {max_length}.")
+        # a NaN threshold predicts no span and an infinite one none or all, silently
+        # (spaCy's config check lets through a string that reads as one: "nan")
+        if not _is_finite(threshold):
+            raise ValueError(f"[{name}] threshold must be a finite number, not {threshold!r}.")
         self.vocab = vocab
         self.model = model
         self.name = name
