@@ -13,8 +13,9 @@ The variants, in rotating order in each repeat, on the same texts:
 * ``2 processes, catalogue lookup``: srsly looking its msgpack hooks up
   through catalogue at every call, as it does on its own (before
   :func:`spacy_crf._compat.speed_up_msgpack_hooks`);
-* ``2 processes``: as loaded (a pipeline with a spacy-crf pipe looks the
-  hooks up once);
+* ``2 processes``: with the hooks looked up once, as
+  :func:`spacy_crf.enable_speed_ups` sets them (the shipped pipeline opts
+  in from its config);
 * ``2 processes, doc_cleaner``: also spaCy's ``doc_cleaner`` last, emptying
   ``doc._.trf_data`` and ``doc.tensor`` before the doc is sent, as
   ``spacy crf annotate`` does.

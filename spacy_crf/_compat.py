@@ -96,10 +96,10 @@ PRIVATE_API: Tuple[PrivateAPI, ...] = (
         "catalogue",
         "REGISTRY",
         "the functions registered in code, where srsly's msgpack hooks are read from",
-        ("_compat.speed_up_msgpack_hooks",),
+        ("enable_speed_ups",),
     ),
-    PrivateAPI("srsly.msgpack", "msgpack_encoders", "srsly's encoder hooks", ("_compat.speed_up_msgpack_hooks",)),
-    PrivateAPI("srsly.msgpack", "msgpack_decoders", "srsly's decoder hooks", ("_compat.speed_up_msgpack_hooks",)),
+    PrivateAPI("srsly.msgpack", "msgpack_encoders", "srsly's encoder hooks", ("enable_speed_ups",)),
+    PrivateAPI("srsly.msgpack", "msgpack_decoders", "srsly's decoder hooks", ("enable_speed_ups",)),
     PrivateAPI(
         "torch.ops.mkldnn",
         "_is_mkldnn_bf16_supported",
@@ -273,21 +273,15 @@ def copy_doc_private_fields(source, target) -> None:
 
 def speed_up_msgpack_hooks() -> None:
     """Make srsly's ``msgpack_dumps`` and ``msgpack_loads`` find their hooks
-    in microseconds instead of a third of a millisecond.
-
-    srsly asks its two catalogue registries for every hook at every call, and
-    catalogue's ``get_all`` reads the installed packages' entry points and
-    walks its global registry each time. ``Doc.to_bytes`` and
-    ``Doc.from_bytes`` make about five such calls per doc (the doc, its span
-    groups, its user data), and ``nlp.pipe(n_process > 1)`` sends every doc
-    from a worker to the parent that way: the lookups alone cost as much as
-    the pipeline, which ran at half the speed of one process on 2 cores. The
-    replacement gives the same hooks in the same order: the entry points are
-    read once per process (a package installed while it runs is not seen);
-    hooks registered in code are looked up at every call, as before. Doing
-    it again changes nothing, and so does a srsly or catalogue that no
-    longer has what it replaces (their stock lookup stays: slower, never
-    wrong; the test suite names the missing part, see :data:`PRIVATE_API`)."""
+    in microseconds, not a third of a millisecond (only the opt-in
+    :func:`spacy_crf.enable_speed_ups` calls it). srsly asks catalogue for
+    every hook at every call, which reads the entry points and walks its
+    registry: five or so calls per ``Doc.to_bytes`` or ``from_bytes``, which
+    halved ``nlp.pipe(n_process > 1)``. The same hooks come back in the same
+    order: entry points read once per process (a package installed later is
+    not seen), hooks registered in code at every call. Idempotent; a srsly or
+    catalogue without what it replaces keeps its slower lookup (the test
+    suite names the missing part, see :data:`PRIVATE_API`)."""
     import catalogue
     from srsly import msgpack
 
@@ -299,6 +293,12 @@ def speed_up_msgpack_hooks() -> None:
     for registry in registries:
         if not isinstance(registry.get_all, _HookLookup):
             registry.get_all = _HookLookup(registry)
+
+
+def msgpack_hooks_sped_up() -> bool:
+    """Whether :func:`speed_up_msgpack_hooks` replaced srsly's encoder lookup."""
+    encoders = importlib.import_module("srsly.msgpack").msgpack_encoders
+    return isinstance(getattr(encoders, "get_all", None), _HookLookup)
 
 
 def restore_msgpack_hooks() -> None:

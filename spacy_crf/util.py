@@ -231,8 +231,9 @@ def install_fork_hook() -> None:
     libgomp's thread pool does not survive fork(): a child of a process that
     already ran a parallel torch op hangs on its first one (``nlp.pipe`` with
     ``n_process > 1`` forks on Linux). One thread per worker process is also
-    what such a pool wants. Called when a CRF model or pipe is built, never
-    on import, so that importing the package changes nothing process-wide.
+    what such a pool wants. Called by :func:`spacy_crf.enable_speed_ups`
+    alone: importing the package or building a pipe changes nothing
+    process-wide.
     """
     global _fork_hook_installed
     import torch

@@ -12,6 +12,8 @@ import spacy
 from spacy.attrs import ENT_ID, ENT_IOB, ENT_KB_ID, ENT_TYPE
 from spacy.tokens import Span, SpanGroup
 
+import spacy_crf
+from spacy_crf import _compat
 from spacy_crf.ml.schemes import BMES_TAGS, bmes_word_bounds, entity_bounds, make_tags, split_tag, tags_to_spans
 from spacy_crf.pipeline import forced_tags, span_arrays
 from spacy_crf.pipeline.crf_tagger import CRFTagger
@@ -154,7 +156,9 @@ def test_span_rows_read_the_serialization_as_the_spans_say(nlp):
     """span_rows reads the group's bytes (no Span per span): the same rows as
     the spans give, for groups whose attrs msgpack needs hooks for, empty
     groups, and spans with huge hashes; a layout that does not check out
-    against the first span falls back to the spans."""
+    against the first span falls back to the spans, and so does a process
+    that did not opt in to the speed-ups (srsly's slow hook lookup)."""
+    spacy_crf.enable_speed_ups()
     doc = nlp.make_doc("我们在北京工作 了")
     huge = next(label for label in (f"L{i}" for i in range(100)) if nlp.vocab.strings.add(label) >= 2**63)
     spans = [Span(doc, 0, 2, label="A", kb_id="Q1", span_id="x"), Span(doc, 3, 3), Span(doc, 2, 8, label=huge)]
@@ -170,6 +174,12 @@ def test_span_rows_read_the_serialization_as_the_spans_say(nlp):
     with mock.patch.object(span_arrays, "_PACKED_SPAN", swapped):
         assert span_arrays._packed_rows(group) is None
         assert span_rows(group).tolist() == spans_one_by_one(group)
+    _compat.restore_msgpack_hooks()
+    try:
+        assert span_arrays._packed_rows(group) is None
+        assert span_rows(group).tolist() == spans_one_by_one(group)
+    finally:
+        spacy_crf.enable_speed_ups()
 
 
 def reference_set_annotations(pipe: CRFTagger, doc, ids) -> None:

@@ -9,6 +9,7 @@ from spacy.training import Example
 from thinc.api import Config
 
 from crf_project.assemble import assemble
+from spacy_crf import _compat
 from spacy_crf.doc_keys import NO_GOLD_WORDS
 from spacy_crf.files import OutputPathError
 
@@ -48,7 +49,11 @@ def test_assemble_one_pipeline(trained_dirs, tmp_path):
     # the NER tagger owns its encoder copy: only the segmenter listens to the transformer
     assert nlp.get_pipe("transformer").listening_components == ["segmenter"]
     nlp.to_disk(tmp_path / "pipeline")
+    _compat.restore_msgpack_hooks()
     loaded = spacy.load(tmp_path / "pipeline")
+    # the shipped pipeline opts in to the process-wide speed-ups from its config
+    assert loaded.config["nlp"]["after_pipeline_creation"] == {"@callbacks": "spacy_crf.speed_ups.v1"}
+    assert _compat.msgpack_hooks_sped_up()
     texts = ["张三去上海", "我在北京工作", "今天天气好", ""]
     docs = list(loaded.pipe(texts, batch_size=2))
     with loaded.select_pipes(disable=["merge_words"]):

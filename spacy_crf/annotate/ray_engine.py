@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any, Dict, Iterator, Optional, Sequence
 
+from .. import enable_speed_ups
 from .engines import (
     Shard,
     annotate_rows,
@@ -86,6 +87,7 @@ class RayAnnotator:
         sort_buffer: int = 0,
     ) -> None:
         set_threads(threads)
+        enable_speed_ups()  # a process of its own: the driver's opt-in is not inherited
         self.nlp = load_pipeline(pipeline, confidence, gpu)
         # this process only annotates: the pipeline stays frozen for its life
         # (engines.collector_spares_the_pipeline says why)

@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from .. import enable_speed_ups
 from ..batching import DEFAULT_SORT_BUFFER
 from ..files import write_bytes_atomic, write_text_atomic
 from .engines import ENGINES
@@ -139,6 +140,8 @@ def annotate(
         sort_buffer=sort_buffer,
     )
     _check_run(pipeline, engine, on_error, confidence)
+    # this command runs many processes: it opts in to what makes that faster (docs/annotate.md)
+    enable_speed_ups()
     plan = _plan_outputs(str(input), Path(output), fmt)
     check_paths(pipeline, plan.shards, plan.finals, plan.errors_path, plan.out_dir if plan.folder else None)
     names = [str(s.relative_to(plan.root)) for s in plan.shards]

@@ -28,7 +28,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import flat_rows, install_fork_hook, matmul, split_rows
+from ..util import flat_rows, matmul, split_rows
 from . import context_fusion, crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from . import tagger_features as tagfeat
@@ -71,7 +71,6 @@ def build_crf_tagger(
         raise ValueError(
             f"spacy_crf.CRFTagger.v1: lexicon_width must be a whole number >= 0 (0: off), got {lexicon_width!r}"
         )
-    install_fork_hook()
     fast_align.install()  # spacy-transformers' alignment without a Python step per token
     emissions = Emissions(nO=nO)
     for setting, layer, ref, kind in (

@@ -51,7 +51,6 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 from thinc.types import Floats2d, Ints1d
 
-from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPANS_KEY
 from ..ml import tagger_model as crf_model
 from ..ml.char_tagger import CharTagger
@@ -126,8 +125,6 @@ class CRFTagger(_decoding.UserDictMethods, TrainableHead):
         self.lexicon: Optional[Lexicon] = None
         self.user_dict = _user_dict.UserDict()
         self._mask_cache: Tuple[Tuple[str, ...], Optional[TransitionMask]] = ((), None)
-        crf_model.install_fork_hook()
-        speed_up_msgpack_hooks()  # docs cross processes as bytes under nlp.pipe(n_process > 1)
 
     # --- labels and tags ------------------------------------------------------
 

@@ -62,7 +62,6 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import minibatch
 
-from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPANS_KEY  # the segmenter's default span group
 from .merge_batch import (
     CHAR_OFFSETS,
@@ -118,7 +117,6 @@ class MergeWords:
         unaligned_ents_key: str = DEFAULT_UNALIGNED_ENTS_KEY,
     ) -> None:
         _check_config(spans_key, entity_policy, unaligned_ents_key, name)
-        speed_up_msgpack_hooks()  # docs cross processes as bytes under nlp.pipe(n_process > 1)
         self.name = name
         self.spans_key = spans_key
         self.entity_policy = entity_policy

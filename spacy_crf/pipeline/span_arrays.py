@@ -3,10 +3,10 @@
 spaCy's ``Span`` objects cost microseconds each, which adds up to more than
 the rest of a pipeline's CRF side on a stream of short docs; these helpers
 read entities from the token attribute arrays instead (:func:`entity_rows`).
-Span groups are read through their own serialization (:func:`span_rows`,
-with srsly's msgpack hooks looked up once,
-:func:`~spacy_crf._compat.speed_up_msgpack_hooks`: else each call would
-cost more than the objects) and written through ``Span`` objects
+Span groups are read through their own serialization (:func:`span_rows`)
+where srsly looks its msgpack hooks up once (:func:`spacy_crf.enable_speed_ups`:
+else each call would cost more than the objects, which are read instead) and
+written through ``Span`` objects
 (:func:`span_group`: building them from bytes is slower). Rows are
 ``(start, end, label, kb_id, id)`` in tokens and string hashes, uint64.
 """
@@ -19,7 +19,7 @@ import srsly
 from spacy.attrs import IDX, IS_SPACE, LENGTH, SPACY
 from spacy.tokens import Doc, Span, SpanGroup
 
-from .._compat import speed_up_msgpack_hooks
+from .._compat import msgpack_hooks_sped_up
 from ..ml.schemes import bmes_word_bounds
 
 
@@ -122,8 +122,10 @@ def _packed_rows(group: SpanGroup) -> Optional[numpy.ndarray]:
     """:func:`span_rows` read from the group's own serialization, without a
     ``Span`` object per span (faster); None where the layout is
     not the one expected, checked against the first span (the caller then
-    reads the spans)."""
-    speed_up_msgpack_hooks()  # (to_bytes looks its hooks up; a no-op once done)
+    reads the spans), and where srsly's hook lookup is catalogue's own
+    (``to_bytes`` looks its hooks up: without the opt-in, the spans cost less)."""
+    if not msgpack_hooks_sped_up():
+        return None
     # (no msgpack hooks to read: the message holds the group's attrs and the spans as bytes)
     message = srsly.msgpack.unpackb(group.to_bytes(), raw=False, object_pairs_hook=dict)
     packed = message.get("spans") if isinstance(message, dict) else None

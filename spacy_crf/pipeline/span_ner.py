@@ -35,7 +35,6 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 from thinc.types import Floats2d
 
-from .._compat import speed_up_msgpack_hooks
 from ..doc_keys import DEFAULT_SPAN_KEY, quote_text
 from ..ml import span_model
 from ..ml.span_model import NEGATIVE, POSITIVE, UNKNOWN, Prediction
@@ -79,7 +78,6 @@ class SpanNER(TrainableHead):
         on_nonfinite: str = "raise",
     ) -> None:
         check_on_nonfinite(name, on_nonfinite)
-        speed_up_msgpack_hooks()  # docs cross processes as bytes under nlp.pipe(n_process > 1)
         if max_length < 0:
             raise ValueError(f"[{name}] max_length must be >= 0 (0: no limit), not {max_length}.")
         # a NaN threshold predicts no span and an infinite one none or all, silently
