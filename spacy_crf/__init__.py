@@ -8,8 +8,10 @@ the optimizers, scorers, corpus readers, callbacks and the timed logger
 through the package's entry points, and imports each module when a config
 first names it. Without an installed package, import the modules themselves
 (``spacy_crf.pipeline.factories``, ``spacy_crf.corpora``, ``spacy_crf.training.loggers``, ...).
-Nor does building a pipe change anything process-wide: the speed-ups that
-do are opt-in (:func:`enable_speed_ups`).
+Nor does building a pipe change anything process-wide: the speed-up that
+does is opt-in (:func:`enable_speed_ups`). The one guard that is not (a
+fork hook that keeps forked workers from hanging in torch) is registered
+by a model's first forward pass.
 """
 
 __version__ = "0.1.0"
@@ -28,7 +30,9 @@ def enable_speed_ups() -> None:
     - forked children run torch on one thread: libgomp's pool does not
       survive ``fork()``, and a child of a process that ran a parallel torch
       op hangs on its first one (:func:`spacy_crf.util.install_fork_hook`;
-      a fork hook cannot be removed).
+      a fork hook cannot be removed). Also registered, whether or not a
+      program opts in, by the first forward pass of a spacy-crf model: it
+      is a guard against that hang, not a speed-up.
     """
     from ._compat import speed_up_msgpack_hooks
     from .util import install_fork_hook

@@ -230,10 +230,11 @@ def install_fork_hook() -> None:
 
     libgomp's thread pool does not survive fork(): a child of a process that
     already ran a parallel torch op hangs on its first one (``nlp.pipe`` with
-    ``n_process > 1`` forks on Linux). One thread per worker process is also
-    what such a pool wants. Called by :func:`spacy_crf.enable_speed_ups`
-    alone: importing the package or building a pipe changes nothing
-    process-wide.
+    ``n_process > 1`` forks on Linux; with torch 2.13 a child's first
+    2000 x 2000 matmul never returns). One thread per worker process is also what such a
+    pool wants. A guard, not a speed-up, so not left to an opt-in: the
+    models' forward passes call it (the first pass of a spacy-crf model in
+    a process registers it), never an import or a pipe's construction.
     """
     global _fork_hook_installed
     import torch

@@ -85,3 +85,36 @@ def test_the_callback_in_a_config_opts_in_when_the_pipeline_is_built_and_loaded(
     spacy.blank("zh")  # without the callback: left alone
     assert not _compat.msgpack_hooks_sped_up()
     spacy_crf.enable_speed_ups()
+
+
+#: run in a fresh interpreter: a model's first forward pass registers the
+#: fork guard, opted in or not, and a worker forked after torch ran does not hang
+FORWARD_THEN_FORK = """
+import os, sys
+sys.path.insert(0, TESTS)
+import spacy, torch
+import spacy_crf
+from spacy.training import Example
+from _configs import crf_model_config
+nlp = spacy.blank("zh")
+nlp.add_pipe("crf_ner", config={"model": crf_model_config()})
+assert not spacy_crf.util._fork_hook_installed  # built: nothing yet
+examples = [Example.from_dict(nlp.make_doc("张三去上海"), {"entities": [(0, 2, "PER"), (3, 5, "LOC")]})]
+nlp.initialize(lambda: examples)  # (runs the model on the examples)
+nlp("张三去上海")
+assert spacy_crf.util._fork_hook_installed
+torch.set_num_threads(2)
+a = torch.randn(1000, 1000); (a @ a).sum()  # libgomp's pool runs in this process
+pid = os.fork()
+if pid == 0:
+    b = torch.randn(1000, 1000); (b @ b).sum(); nlp("我在北京"); os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+print("OK")
+"""
+
+
+def test_a_models_first_forward_pass_registers_the_fork_guard_and_a_forked_worker_runs():
+    code = FORWARD_THEN_FORK.replace("TESTS", repr(str(TESTS)))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "OK", result.stdout + result.stderr[-3000:]

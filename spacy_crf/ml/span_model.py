@@ -46,7 +46,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import matmul
+from ..util import install_fork_hook, matmul
 from . import fast_align
 
 START_W, START_B, END_W, END_B = "span_start_W", "span_start_b", "span_end_W", "span_end_b"
@@ -106,6 +106,7 @@ def _projection_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) -
 
 
 def _projection_forward(model: Model, Xs: List[Floats2d], is_train: bool):
+    install_fork_hook()  # (torch runs in this process from now on: a forked worker must not hang)
     Ws = [model.get_param(START_W), model.get_param(END_W)]
     bs = [model.get_param(START_B), model.get_param(END_B)]
     half = Ws[0].shape[0]

@@ -28,7 +28,7 @@ from thinc.api import Model, chain, get_array_module, glorot_uniform_init, zero_
 from thinc.types import Floats2d, Ints1d
 from thinc.util import torch2xp, xp2torch
 
-from ..util import flat_rows, matmul, split_rows
+from ..util import flat_rows, install_fork_hook, matmul, split_rows
 from . import context_fusion, crf, fast_align, viterbi_numpy
 from . import lexicon_features as lexfeat
 from . import tagger_features as tagfeat
@@ -121,6 +121,7 @@ def _emissions_init(model: Model, X: Optional[List[Floats2d]] = None, Y=None) ->
 
 
 def _emissions_forward(model: Model, Xs: List[Floats2d], is_train: bool):
+    install_fork_hook()  # (torch runs in this process from now on: a forked worker must not hang)
     W = model.get_param(EMISSION_W)
     b = model.get_param(EMISSION_B)
     lengths = [len(x) for x in Xs]
