@@ -22,6 +22,14 @@ cdef inline const uint8_t* row_mask(const uint8_t* allowed, Py_ssize_t t, Py_ssi
     return allowed + t * num_tags
 
 
+cdef inline const uint8_t* mask_rows(const uint8_t[:, ::1] allowed):
+    """The ``[N, K]`` mask's rows as one pointer for :func:`row_mask` (NULL
+    for no mask, or no rows): a doc's mask is ``row_mask(rows, first, K)``."""
+    if allowed is None or allowed.shape[0] == 0:
+        return NULL
+    return &allowed[0, 0]
+
+
 cdef inline void viterbi_forward(
     const float* emissions, const uint8_t* allowed, Py_ssize_t length, Py_ssize_t num_tags,
     const float* transitions, const float* start, float* states,

@@ -33,7 +33,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove
 
-from spacy_crf.ml._lattice cimport check_lattice, viterbi_forward
+from spacy_crf.ml._lattice cimport check_lattice, mask_rows, row_mask, viterbi_forward
 
 import numpy
 
@@ -259,6 +259,7 @@ def nbest_flat(
     cdef Py_ssize_t doc, first, length, r
     cdef int found
     cdef const uint8_t* mask
+    cdef const uint8_t* rows_mask = mask_rows(allowed)
     try:
         if (b.states == NULL or b.moves_to == NULL or b.gaps == NULL or b.seconds == NULL or b.changed_at == NULL
                 or b.path_scores == NULL or b.offer_scores == NULL or b.offer_paths == NULL or b.offer_nodes == NULL
@@ -273,9 +274,7 @@ def nbest_flat(
                 length = offsets[doc + 1] - first
                 if length == 0:
                     continue
-                mask = NULL
-                if allowed is not None:
-                    mask = &allowed[first, 0]
+                mask = row_mask(rows_mask, first, num_tags)
                 viterbi_forward(&emissions[first, 0], mask, length, num_tags, &transitions[0, 0], &start[0], b.states)
                 found = _doc_nbest(&b, &paths[k * first], length, num_tags, k, &end[0])
                 counts[doc] = found

@@ -30,7 +30,7 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-from spacy_crf.ml._lattice cimport check_lattice, emission, row_mask
+from spacy_crf.ml._lattice cimport check_lattice, emission, mask_rows, row_mask
 
 import numpy
 
@@ -386,6 +386,7 @@ def log_partition_flat(
     b.alpha = <double*>malloc(2 * width * sizeof(double))
     cdef Py_ssize_t doc, first, length
     cdef const uint8_t* mask
+    cdef const uint8_t* rows_mask = mask_rows(allowed)
     cdef double inverse = 1.0 / temperature, end_shift, move_shift, value
     cdef int tiny = 0, unsure
     try:
@@ -399,9 +400,7 @@ def log_partition_flat(
                 length = offsets[doc + 1] - first
                 if length == 0:
                     continue
-                mask = NULL
-                if allowed is not None:
-                    mask = &allowed[first, 0]
+                mask = row_mask(rows_mask, first, num_tags)
                 unsure = tiny
                 value = -INFINITY
                 if not unsure:  # (a move's shift counts once per move)

@@ -16,7 +16,7 @@ headers to build.
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 
-from spacy_crf.ml._lattice cimport check_lattice, viterbi_forward
+from spacy_crf.ml._lattice cimport check_lattice, mask_rows, row_mask, viterbi_forward
 
 import numpy
 
@@ -58,6 +58,7 @@ def decode_flat(
     cdef float* row
     cdef float* previous
     cdef const uint8_t* mask
+    cdef const uint8_t* rows_mask = mask_rows(allowed)
     try:
         with nogil:
             for doc in range(num_docs):
@@ -65,9 +66,7 @@ def decode_flat(
                 length = offsets[doc + 1] - first
                 if length == 0:
                     continue
-                mask = NULL
-                if allowed is not None:
-                    mask = &allowed[first, 0]
+                mask = row_mask(rows_mask, first, num_tags)
                 viterbi_forward(&emissions[first, 0], mask, length, num_tags, &transitions[0, 0], &start[0], states)
                 # The last tag: the first maximum of the final states plus the end scores.
                 row = states + (length - 1) * num_tags
