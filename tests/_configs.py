@@ -191,3 +191,37 @@ def write_ner_training_files(tiny_bert_dir, out_dir) -> Tuple[Path, Path]:
     filled = spacy.util.load_model_from_config(config, auto_fill=True, validate=True).config
     (out_dir / "config.cfg").write_text(filled.to_str(), encoding="utf8")
     return out_dir / "config.cfg", out_dir / "train.spacy"
+
+
+def joint_recipe_overrides(out_dir: Path, encoder, lexicon: Path, char_tagger) -> dict:
+    """Overrides that run ``configs/joint.cfg`` as it is for 3 steps on the
+    tiny BERT ``encoder``: WORDS and NER_DATA written to ``out_dir`` as its
+    train and dev corpora, ``lexicon`` and ``char_tagger`` as its feature
+    paths, windows small enough for the tiny encoder."""
+    import spacy
+    from spacy.tokens import Doc, DocBin
+    from spacy.training import Example
+
+    nlp = spacy.blank("zh")
+    words, ents = DocBin(), DocBin()
+    for w in WORDS:
+        words.add(Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
+    for text, spans in NER_DATA:
+        ents.add(Example.from_dict(nlp.make_doc(text), {"entities": spans}).reference)
+    words.to_disk(out_dir / "words.spacy")
+    ents.to_disk(out_dir / "ents.spacy")
+    return {
+        **{
+            f"paths.{split}_{kind}": str(out_dir / f"{kind}.spacy")
+            for split in ("train", "dev")
+            for kind in ("words", "ents")
+        },
+        "paths.encoder": str(encoder),
+        "paths.lexicon_features": str(lexicon),
+        "paths.char_tagger": str(char_tagger),
+        "training.max_steps": 3,
+        "training.eval_frequency": 3,
+        "training.optimizer.learn_rate.warmup_steps": 1,
+        "components.transformer.model.get_spans.window": 16,
+        "components.transformer.model.get_spans.stride": 12,
+    }

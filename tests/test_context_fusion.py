@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config, write_ner_training_files
+from _configs import NER_DATA, SMALL_TOK2VEC, crf_model_config, joint_recipe_overrides, write_ner_training_files
 from conftest import load_script
-from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 from thinc.api import Linear, NumpyOps
 
@@ -185,27 +184,11 @@ def test_the_joint_recipe_trains_with_the_layer_on_both_heads(tiny_bert_dir, tin
     autocast) with the layer given by overrides, as the ablation runs it."""
     from spacy.cli.train import train
 
-    nlp = spacy.blank("zh")
-    words, ents = DocBin(), DocBin()
-    for w in WORDS:
-        words.add(Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
-    for text, spans in NER_DATA:
-        ents.add(Example.from_dict(nlp.make_doc(text), {"entities": spans}).reference)
-    words.to_disk(tmp_path / "words.spacy")
-    ents.to_disk(tmp_path / "ents.spacy")
     (tmp_path / "dict.txt").write_text("张三 50 nr\n上海 900 ns\n北京 800 ns\n工作 500 vn\n", encoding="utf8")
     overrides = {
-        **{f"paths.{s}_{k}": str(tmp_path / f"{k}.spacy") for s in ("train", "dev") for k in ("words", "ents")},
-        "paths.encoder": str(tiny_bert_dir),
-        "paths.lexicon_features": str(tmp_path / "dict.txt"),
-        "paths.char_tagger": str(tiny_tagger_dir),
+        **joint_recipe_overrides(tmp_path, tiny_bert_dir, tmp_path / "dict.txt", tiny_tagger_dir),
         "components.segmenter.model.fusion": FUSION,
         "components.crf_ner.model.fusion": FUSION,
-        "training.max_steps": 3,
-        "training.eval_frequency": 3,
-        "training.optimizer.learn_rate.warmup_steps": 1,
-        "components.transformer.model.get_spans.window": 16,
-        "components.transformer.model.get_spans.stride": 12,
     }
     train(ROOT / "configs" / "joint.cfg", tmp_path / "out", overrides=overrides)
     trained = spacy.load(tmp_path / "out" / "model-last")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
-from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config
+from _configs import NER_DATA, SMALL_TOK2VEC, WORDS, crf_model_config, joint_recipe_overrides
 from conftest import load_script, segmentation_examples
 from spacy.tokens import Doc
 from spacy.training import Example
@@ -364,33 +364,11 @@ def test_the_benchmark_reports_the_share_of_the_features(tmp_path, capsys, monke
 
 def test_the_joint_config_trains_the_features_at_the_width_an_override_gives(tiny_bert_dir, tiny_tagger_dir, tmp_path):
     from spacy.cli.train import train
-    from spacy.tokens import DocBin
 
-    nlp = spacy.blank("zh")
-    words, ents = DocBin(), DocBin()
-    for w in WORDS:
-        words.add(Doc(nlp.vocab, words=w, spaces=[False] * len(w)))
-    for text, spans in NER_DATA:
-        ents.add(Example.from_dict(nlp.make_doc(text), {"entities": spans}).reference)
-    words.to_disk(tmp_path / "words.spacy")
-    ents.to_disk(tmp_path / "ents.spacy")
-    corpus = {
-        f"paths.{split}_{kind}": str(tmp_path / f"{kind}.spacy")
-        for split in ("train", "dev")
-        for kind in ("words", "ents")
-    }
     overrides = {
-        **corpus,
-        "paths.encoder": str(tiny_bert_dir),
-        "paths.lexicon_features": str(_dictionary(tmp_path)),
-        "paths.char_tagger": str(tiny_tagger_dir),
+        **joint_recipe_overrides(tmp_path, tiny_bert_dir, _dictionary(tmp_path), tiny_tagger_dir),
         "components.segmenter.model.lexicon_width": 8,
         "components.crf_ner.model.lexicon_width": 8,
-        "training.max_steps": 3,
-        "training.eval_frequency": 3,
-        "training.optimizer.learn_rate.warmup_steps": 1,
-        "components.transformer.model.get_spans.window": 16,
-        "components.transformer.model.get_spans.stride": 12,
     }
     train(ROOT / "configs" / "joint.cfg", tmp_path / "out", overrides=overrides)
     trained = spacy.load(tmp_path / "out" / "model-last")
